@@ -1,0 +1,56 @@
+"""The recommendation flowchart: every family × metric walked through `recommend`, like the paper's Figure 1."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+
+from advisor.recommend import Answer, NoEvidence, recommend
+from advisor.rules import Rules, load_rules
+
+
+@dataclass
+class Path:
+    family: str
+    metric: str
+    answer: Answer | None  # None: no evidence group for this family
+
+    def as_dict(self) -> dict:
+        pick = self.answer.recommendation if self.answer else None
+        return {
+            "family": self.family,
+            "metric": self.metric,
+            "optimizer": pick.optimizer if pick else None,
+            "strategy": pick.strategy if pick else None,
+            "value": pick.value if pick else None,
+            "unit": pick.unit if pick else None,
+            "tied": pick.tied if pick else False,
+            "evidence": self.answer.group.label if self.answer and self.answer.group else None,
+        }
+
+
+def walk(conn: sqlite3.Connection, source: str | None = None, rules: Rules | None = None) -> list[Path]:
+    """One best path per family × metric of rules/flowchart.toml (optimizer and strategy None where no evidence)."""
+    rules = rules or load_rules()
+    paths = []
+    for family in rules.families:
+        for metric in rules.flowchart["metrics"]:
+            try:
+                paths.append(
+                    Path(family, metric, recommend(conn, family, metric, source=source, rules=rules))
+                )
+            except NoEvidence:
+                paths.append(Path(family, metric, None))
+    return paths
+
+
+def summary(paths: list[Path]) -> dict:
+    """How many best paths each optimizer and strategy lies on (the paper: 'SGD, seven of sixteen')."""
+    picks = [p.answer.recommendation for p in paths if p.answer and p.answer.recommendation]
+    return {
+        "paths": len(paths),
+        "answered": len(picks),
+        "optimizers": dict(Counter(p.optimizer for p in picks).most_common()),
+        "strategies": dict(Counter(p.strategy for p in picks).most_common()),
+    }

@@ -1,0 +1,284 @@
+"""Writing evidence into a KB: the paper's figures (CSV), exported runs (JSON), and the shipped-KB build.
+
+Every import is one transaction: a file with one bad row imports nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import tempfile
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from advisor.rules import load_rules
+from advisor.schema import STATUSES, KBError, open_kb
+
+FIGURE_COLUMNS = ("model", "optimizer", "strategy", "metric", "value", "unit")
+MAX_REPORTED_ERRORS = 10
+
+
+class ImportRowsError(KBError):
+    """An import file with bad rows; nothing was written."""
+
+
+def sources_dir() -> Path:
+    return Path(str(resources.files("advisor.shipped.kb"))) / "sources"
+
+
+def cell_key(config: dict) -> str:
+    """A stable hash of a run's configuration (seed excluded): runs with the same key are repeats."""
+    payload = json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def read_figures(path: Path, setup: dict) -> list[dict]:
+    """Parse a figures CSV into run dicts (one per model × optimizer × strategy), or raise listing bad rows."""
+    rules = load_rules()
+    known_measures = set(rules.measures)
+    errors, runs, seen = [], {}, set()
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in FIGURE_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ImportRowsError(f"{path}: missing columns {', '.join(missing)}; nothing was imported.")
+            for lineno, row in enumerate(reader, start=2):
+                problem = _figure_row_problem(row, setup, rules, known_measures, seen)
+                if problem:
+                    errors.append(f"line {lineno}: {problem}")
+                    continue
+                key = (row["model"], row["optimizer"], row["strategy"])
+                run = runs.setdefault(key, _paper_run(setup, *key))
+                run["metrics"].append(
+                    dict(
+                        name=row["metric"],
+                        value=float(row["value"]),
+                        unit=row["unit"],
+                        certainty=row.get("certainty") or "stated",
+                        note=row.get("where") or None,
+                    )
+                )
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ImportRowsError(f"{path} is not a readable CSV ({e}); nothing was imported.") from e
+    _raise_if(errors, path)
+    return list(runs.values())
+
+
+def _figure_row_problem(row, setup, rules, known_measures, seen) -> str | None:
+    if None in row or any(row.get(c) in (None, "") for c in FIGURE_COLUMNS):
+        return "wrong number of fields or an empty required field"
+    if row["model"] not in setup["models"]:
+        return f"model {row['model']!r} is not described in the source's setup.toml"
+    if row["optimizer"] not in rules.optimizers:
+        return f"unknown optimizer {row['optimizer']!r} (known: {', '.join(rules.optimizers)})"
+    if row["strategy"] not in rules.strategies:
+        return f"unknown strategy {row['strategy']!r} (known: {', '.join(rules.strategies)})"
+    if row["metric"] not in known_measures:
+        return f"unknown metric {row['metric']!r} (known: {', '.join(sorted(known_measures))})"
+    try:
+        value = float(row["value"])
+    except ValueError:
+        return f"value {row['value']!r} is not a number"
+    if not math.isfinite(value):
+        return f"value {row['value']!r} is not finite"
+    key = (row["model"], row["optimizer"], row["strategy"], row["metric"])
+    if key in seen:
+        return f"duplicate figure for {' / '.join(key)}"
+    seen.add(key)
+    return None
+
+
+def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
+    hyper = dict(setup["models"][model])
+    family = hyper.pop("family")
+    config = dict(model=model, optimizer=optimizer, strategy=strategy, preset=setup["preset"], **hyper)
+    return dict(
+        cell_key=cell_key({"source": setup["source"], **config}),
+        source=setup["source"],
+        model=model,
+        family=family,
+        optimizer=optimizer,
+        strategy=strategy,
+        preset=setup["preset"],
+        seed=None,
+        hardware=setup["hardware"],
+        device=setup.get("device"),
+        host_memory_gb=setup.get("host_memory_gb"),
+        accelerator_memory_gb=setup.get("accelerator_memory_gb"),
+        software={},
+        config=config,
+        pretrained=None,
+        n_params=None,
+        status="ok",
+        error=None,
+        started_at=None,
+        finished_at=None,
+        metrics=[],
+        epochs=[],
+    )
+
+
+REQUIRED_RUN_FIELDS = ("source", "model", "family", "optimizer", "strategy", "preset", "hardware", "status")
+
+
+def read_runs_json(path: Path) -> list[dict]:
+    """Parse an `advisor kb export --format json` file, or raise listing bad runs."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ImportRowsError(f"{path} is not valid JSON ({e}); nothing was imported.") from e
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if not isinstance(runs, list):
+        raise ImportRowsError(
+            f"{path}: expected a list of runs (or an object with key 'runs'); nothing was imported."
+        )
+    rules = load_rules()
+    errors = [f"run {i}: {p}" for i, run in enumerate(runs) if (p := _run_problem(run, rules))]
+    _raise_if(errors, path)
+    return runs
+
+
+def _run_problem(run, rules) -> str | None:
+    if not isinstance(run, dict):
+        return "not an object"
+    missing = [f for f in REQUIRED_RUN_FIELDS if not run.get(f)]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if run["status"] not in STATUSES:
+        return f"status {run['status']!r} is not one of {', '.join(STATUSES)}"
+    if run["family"] not in rules.families:
+        return f"unknown family {run['family']!r}"
+    if run["optimizer"] not in rules.optimizers or run["strategy"] not in rules.strategies:
+        return f"unknown optimizer or strategy {run['optimizer']!r} / {run['strategy']!r}"
+    for m in run.get("metrics", []):
+        value = m.get("value") if isinstance(m, dict) else None
+        if (
+            not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not m.get("name")
+            or m.get("unit") is None
+        ):
+            return f"bad metric {m!r} (needs name, a finite value and a unit)"
+    return None
+
+
+def _raise_if(errors: list[str], path: Path) -> None:
+    if errors:
+        shown = "; ".join(errors[:MAX_REPORTED_ERRORS])
+        more = f" (and {len(errors) - MAX_REPORTED_ERRORS} more)" if len(errors) > MAX_REPORTED_ERRORS else ""
+        raise ImportRowsError(f"{path}: {len(errors)} bad row(s), nothing was imported: {shown}{more}.")
+
+
+def write_runs(db, runs: list[dict]) -> tuple[int, int]:
+    """Insert runs (with metrics and epochs) in one transaction; skip exact repeats. Returns (added, skipped)."""
+    added = skipped = 0
+    with db.atomic():
+        for run in runs:
+            if _already_stored(db, run):
+                skipped += 1
+                continue
+            insert_run(db, run)
+            added += 1
+    return added, skipped
+
+
+def insert_run(db, run: dict) -> int:
+    """Insert one run row plus its metrics and epochs (the caller owns the transaction)."""
+    row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id")}
+    row["software"] = json.dumps(row.get("software") or {}, sort_keys=True)
+    row["config"] = json.dumps(row.get("config") or {}, sort_keys=True)
+    if not row.get("cell_key"):
+        row["cell_key"] = cell_key(json.loads(row["config"]) | {"source": row["source"]})
+    cur = db.execute(
+        f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+    )
+    run_id = cur.lastrowid
+    for m in run.get("metrics", []):
+        db.execute(
+            "INSERT INTO metrics (run_id, name, value, unit, certainty, note) VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, m["name"], m["value"], m["unit"], m.get("certainty") or "measured", m.get("note")],
+        )
+    for e in run.get("epochs", []):
+        e = {k: v for k, v in e.items() if k != "run_id"}
+        db.execute(
+            f"INSERT INTO epochs (run_id, {', '.join(e)}) VALUES (?, {', '.join('?' * len(e))})",
+            [run_id, *e.values()],
+        )
+    return run_id
+
+
+def _already_stored(db, run: dict) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM runs WHERE source = ? AND model = ? AND optimizer = ? AND strategy = ? AND preset = ? "
+        "AND hardware = ? AND seed IS ? AND started_at IS ? AND config = ?",
+        [
+            run["source"],
+            run["model"],
+            run["optimizer"],
+            run["strategy"],
+            run["preset"],
+            run["hardware"],
+            run.get("seed"),
+            run.get("started_at"),
+            json.dumps(run.get("config") or {}, sort_keys=True),
+        ],
+    ).fetchone()
+    return row is not None
+
+
+def import_file(db_path: Path, path: Path, setup_path: Path | None = None) -> tuple[int, int]:
+    """Import a figures CSV (with its setup.toml) or a runs JSON file into the KB at db_path."""
+    path = Path(path)
+    if not path.exists():
+        raise KBError(f"no file at {path}.")
+    if path.suffix.lower() == ".csv":
+        setup_path = Path(setup_path) if setup_path else path.with_name("setup.toml")
+        if not setup_path.exists():
+            raise KBError(
+                f"a figures CSV needs its setup (hardware, hyperparameters): no {setup_path}. "
+                "Pass --setup with a setup.toml like kb/sources/paper-2608.08961/setup.toml."
+            )
+        runs = read_figures(path, tomllib.loads(setup_path.read_text()))
+    else:
+        runs = read_runs_json(path)
+    db = open_kb(db_path)
+    try:
+        return write_runs(db, runs)
+    finally:
+        db.close()
+
+
+def build_kb(out_path: Path, src: Path | None = None) -> dict:
+    """Build a KB from the versioned sources (every sub-folder's setup.toml + figures, every *.json), atomically."""
+    src = Path(src) if src else sources_dir()
+    out_path = Path(out_path)
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".sqlite", dir=out_path.parent)
+    os.close(fd)
+    os.unlink(tmp)
+    counts = {}
+    try:
+        db = open_kb(tmp)
+        for setup_path in sorted(src.glob("*/setup.toml")):
+            setup = tomllib.loads(setup_path.read_text())
+            counts[setup_path.parent.name] = write_runs(
+                db, read_figures(setup_path.parent / setup["figures"], setup)
+            )[0]
+        for runs_path in sorted(src.glob("*.json")):
+            counts[runs_path.name] = write_runs(db, read_runs_json(runs_path))[0]
+        db.execute(
+            "PRAGMA journal_mode = DELETE"
+        )  # one self-contained file, readable from a read-only folder
+        db.conn.commit()
+        db.execute("VACUUM")
+        db.close()
+        os.replace(tmp, out_path)
+    finally:
+        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    return counts

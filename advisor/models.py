@@ -1,0 +1,72 @@
+"""Resolving `--model NAME|HF_ID|PATH` to a family offline, from config.json's model_type (no transformers import)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from advisor.rules import Family, Rules
+
+
+class ModelNotResolved(Exception):
+    """The model's family cannot be found without the network."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str  # as the KB stores it: 'vit', an HF id, or a path
+    family: Family
+    model_type: str | None
+    config_path: Path | None
+
+
+def resolve_model(name: str, rules: Rules) -> ResolvedModel:
+    """A reference model name ('vit'), a local folder with config.json, or an HF id found in the local cache."""
+    for fam in rules.families.values():
+        if name.lower() == fam.reference_model:
+            return ResolvedModel(fam.reference_model, fam, None, None)
+    config_path = _local_config(name) or _cached_config(name)
+    if config_path is None:
+        raise ModelNotResolved(
+            f"cannot resolve model {name!r} offline: it is not one of "
+            f"{', '.join(f.reference_model for f in rules.families.values())}, not a folder with a config.json, "
+            "and not in the local Hugging Face cache. Pass --arch FAMILY instead, or download the model first."
+        )
+    try:
+        model_type = json.loads(config_path.read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelNotResolved(f"cannot read {config_path}: {e}") from e
+    if not model_type:
+        raise ModelNotResolved(f"{config_path} has no model_type; pass --arch FAMILY instead.")
+    family = rules.family_of_model_type(model_type)
+    if family is None:
+        raise ModelNotResolved(
+            f"model_type {model_type!r} of {name!r} belongs to no family in rules/families.toml; "
+            "pass --arch FAMILY, or add the model_type to that file."
+        )
+    return ResolvedModel(name, family, model_type, config_path)
+
+
+def _local_config(name: str) -> Path | None:
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    if path.is_file() and path.name == "config.json":
+        return path
+    return None
+
+
+def _cached_config(repo_id: str) -> Path | None:
+    """config.json of an HF id in the hub cache (the layout huggingface_hub writes), newest snapshot first."""
+    if repo_id.count("/") != 1:
+        return None
+    hub = Path(
+        os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+    )
+    snapshots = hub.expanduser() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    configs = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return configs[0] if configs else None

@@ -1,0 +1,316 @@
+"""The recommendation: pick one evidence group, filter its configurations, rank them, explain the result."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from advisor.evidence import Cell, GroupEvidence, Stat
+from advisor.kb import Group, evidence_groups, source_kind
+from advisor.pareto import FrontierPoint, pareto_view
+from advisor.rules import Metric, Rules, load_rules
+
+
+class NoEvidence(Exception):
+    """No evidence group holds runs for the question asked."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_memory: float | None = None  # GB, in the memory metric's unit
+    max_time: float | None = None  # s/epoch, in the time metric's unit
+    optimizers: tuple[str, ...] = ()
+    exclude_optimizers: tuple[str, ...] = ()
+    strategies: tuple[str, ...] = ()
+
+
+@dataclass
+class Entry:
+    """A configuration as an answer shows it."""
+
+    optimizer: str
+    strategy: str
+    metric: str
+    value: float | None
+    unit: str
+    source: str
+    seeds: int = 0
+    spread: float | None = None
+    tied: bool = False
+    reason: str | None = None
+    stated: str | None = (
+        None  # the figure as its source states it, when converted (e.g. '18.64 percent of 256 GB')
+    )
+
+    def as_dict(self) -> dict:
+        d = dict(
+            optimizer=self.optimizer,
+            strategy=self.strategy,
+            metric=self.metric,
+            value=self.value,
+            unit=self.unit,
+            source=self.source,
+            seeds=self.seeds,
+            spread=self.spread,
+            tied=self.tied,
+            stated=self.stated,
+        )
+        if self.reason is not None:
+            d["reason"] = self.reason
+        return d
+
+
+@dataclass
+class Answer:
+    family: str
+    metric: Metric
+    group: Group | None
+    measure: str | None
+    recommendation: Entry | None = None
+    alternatives: list[Entry] = field(default_factory=list)
+    excluded: list[Entry] = field(default_factory=list)
+    holes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    frontier: list[FrontierPoint] = field(default_factory=list)
+    frontier_axes: tuple[str, str] = ("time", "loss")
+    why_none: str | None = None
+    other_groups: list[Group] = field(default_factory=list)
+
+    def as_dict(self, rules: Rules) -> dict:
+        measure = rules.measures.get(self.measure) if self.measure else None
+        return {
+            "family": self.family,
+            "metric": {
+                "name": self.metric.name,
+                "direction": self.metric.direction,
+                "unit": self.metric.unit,
+                "measure": self.measure,
+                "measure_label": measure.label if measure else None,
+                "measure_note": measure.note if measure else None,
+            },
+            "evidence": self.group.as_dict() if self.group else None,
+            "recommendation": self.recommendation.as_dict() if self.recommendation else None,
+            "alternatives": [e.as_dict() for e in self.alternatives],
+            "excluded": [e.as_dict() for e in self.excluded],
+            "holes": self.holes,
+            "caveats": self.caveats,
+            "frontier": {
+                "x": self.frontier_axes[0],
+                "y": self.frontier_axes[1],
+                "points": [p.as_dict() for p in self.frontier],
+            },
+            "why_none": self.why_none,
+            "other_evidence": [g.as_dict() for g in self.other_groups],
+        }
+
+
+def select_group(
+    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None = None, model: str | None = None
+) -> tuple[Group, list[Group]]:
+    """The best evidence group for a family (rules: flowchart.evidence), and the others available."""
+    groups = evidence_groups(conn, family=family, source=source)
+    if not groups:
+        where = f" from source {source!r}" if source else ""
+        raise NoEvidence(
+            f"the knowledge base has no runs of the {family} family{where}. "
+            f"Measure some with `advisor measure`, or drop --source."
+        )
+    prefs = rules.flowchart["evidence"]
+
+    def rank(g: Group):
+        return (
+            g.model == model,
+            prefs["preset_rank"].get(g.preset, 1),
+            prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
+            g.n_seeds,
+            g.n_runs,
+        )
+
+    ordered = sorted(groups, key=rank, reverse=True)
+    return ordered[0], ordered[1:]
+
+
+def recommend(
+    conn: sqlite3.Connection,
+    family: str,
+    metric: str,
+    constraints: Constraints = Constraints(),
+    source: str | None = None,
+    model: str | None = None,
+    rules: Rules | None = None,
+) -> Answer:
+    """Rank the configurations of the best evidence group for one metric, under the constraints."""
+    rules = rules or load_rules()
+    group, others = select_group(conn, rules, family, source, model)
+    ev = GroupEvidence(conn, group, rules)
+    return rank_group(ev, rules.metric(metric), constraints, others)
+
+
+def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:
+    rules = ev.rules
+    answer = Answer(
+        family=ev.group.family,
+        metric=metric,
+        group=ev.group,
+        measure=ev.measure(metric.name),
+        other_groups=list(others),
+    )
+    candidates: list[tuple[Cell, Stat]] = []
+    passed: list[Cell] = []  # every configuration no filter or constraint excluded
+    diverged = ev.diverged()
+    for key, cell in sorted(ev.cells.items()):
+        stat = ev.stat(cell, metric.name)
+        reason = _exclusion(ev, cell, diverged.get(key), constraints)
+        if reason:
+            answer.excluded.append(_entry(ev, cell, metric, stat, reason=reason))
+            continue
+        passed.append(cell)
+        if stat is None:
+            answer.holes.append(f"no {metric.name} figure for {cell.name}")
+        else:
+            candidates.append((cell, stat))
+    answer.holes += [f"no run of {o} + {s}" for o, s in ev.grid_gaps()]
+    ranked = _rank(ev, metric, candidates)
+    if ranked:
+        best_cell, best_stat = ranked[0]
+        answer.recommendation = _entry(ev, best_cell, metric, best_stat)
+        limit = rules.flowchart["ranking"]["alternatives"]
+        answer.alternatives = [
+            _entry(ev, c, metric, s, tied=_tied(rules, metric, best_stat, s))
+            for c, s in ranked[1 : 1 + limit]
+        ]
+        answer.recommendation.tied = any(a.tied for a in answer.alternatives)
+    else:
+        answer.why_none = _why_none(ev, metric, answer)
+    x = "time" if metric.name == "loss" else metric.name
+    answer.frontier_axes = (x, "loss")
+    answer.frontier = frontier_points(ev, passed, x, "loss")
+    answer.caveats = matching_caveats(rules, ev.group, metric.name, answer.recommendation)
+    return answer
+
+
+def _exclusion(ev: GroupEvidence, cell: Cell, diverged: str | None, c: Constraints) -> str | None:
+    """Why a configuration may not be recommended, or None."""
+    if not cell.n_ok:
+        statuses = "/".join(f"{n} {s}" if n > 1 else s for s, n in sorted(cell.statuses.items()))
+        return statuses + (f": {sorted(cell.errors)[0]}" if cell.errors else "")
+    if diverged:
+        return diverged
+    if c.optimizers and cell.optimizer not in c.optimizers:
+        return f"not in --optimizer {', '.join(c.optimizers)}"
+    if cell.optimizer in c.exclude_optimizers:
+        return "not in the optimizers left by --exclude-optimizer"
+    if c.strategies and cell.strategy not in c.strategies:
+        return f"not in --strategy {', '.join(c.strategies)}"
+    for metric_name, limit, flag in (
+        ("memory", c.max_memory, "--max-memory"),
+        ("time", c.max_time, "--max-time"),
+    ):
+        if limit is None:
+            continue
+        value, unit = ev.value(cell, metric_name), ev.rules.metric(metric_name).unit
+        if value is None:
+            return f"no {metric_name} figure to check {flag} {limit:g} {unit} against"
+        if value > limit:
+            return f"exceeds {flag} {limit:g} {unit}"
+    return None
+
+
+def _tied(rules: Rules, metric: Metric, a: Stat, b: Stat) -> bool:
+    tol = rules.flowchart["ranking"]["tie_tolerance"]
+    return abs(a.mean - b.mean) <= tol * max(abs(a.mean), abs(b.mean))
+
+
+def _rank(ev: GroupEvidence, metric: Metric, candidates: list[tuple[Cell, Stat]]) -> list[tuple[Cell, Stat]]:
+    """Best first; configurations tied with the best are ordered by the tie-break rules."""
+    sign = 1.0 if metric.direction == "min" else -1.0
+    ordered = sorted(candidates, key=lambda cs: (sign * cs[1].mean, cs[0].optimizer, cs[0].strategy))
+    if not ordered:
+        return []
+    best = ordered[0][1]
+    tied = [cs for cs in ordered if _tied(ev.rules, metric, best, cs[1])]
+    rest = [cs for cs in ordered if cs not in tied]
+    return sorted(tied, key=lambda cs: _tie_break_key(ev, metric, [c for c, _ in tied], cs[0])) + rest
+
+
+def _tie_break_key(ev: GroupEvidence, metric: Metric, tied: list[Cell], cell: Cell) -> tuple:
+    ranking = ev.rules.flowchart["ranking"]
+    key = []
+    for name in ranking["tie_break_metrics"]:
+        if name == metric.name:
+            continue
+        values = [ev.value(c, name) for c in tied]
+        if all(v is not None for v in values):  # a metric breaks a tie only if every tied cell has it
+            sign = 1.0 if ev.rules.metric(name).direction == "min" else -1.0
+            key.append(sign * ev.value(cell, name))
+    key.append(_index(ranking["prefer_optimizers"], cell.optimizer))
+    key.append(_index(ranking["prefer_strategies"], cell.strategy))
+    return tuple(key)
+
+
+def _index(order: list[str], item: str) -> int:
+    return order.index(item) if item in order else len(order)
+
+
+def _entry(
+    ev: GroupEvidence, cell: Cell, metric: Metric, stat: Stat | None, tied=False, reason=None
+) -> Entry:
+    return Entry(
+        optimizer=cell.optimizer,
+        strategy=cell.strategy,
+        metric=metric.name,
+        value=stat.mean if stat else None,
+        unit=metric.unit,
+        source=ev.group.source,
+        seeds=stat.n if stat else cell.n_ok,
+        spread=stat.spread if stat else None,
+        tied=tied,
+        reason=reason,
+        stated=stat.stated if stat else None,
+    )
+
+
+def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
+    if answer.measure is None:
+        return (
+            f"the evidence group ({ev.group.label}) has no {metric.name} figure at all; "
+            "try another --source or --optimize."
+        )
+    counts: dict[str, int] = {}
+    for e in answer.excluded:
+        reason = e.reason or ""
+        kind = reason.split(" (")[0].split(":")[0] if not reason.startswith("not in") else reason
+        counts[kind] = counts.get(kind, 0) + 1
+    parts = [f"{n} {'configuration' if n == 1 else 'configurations'}: {k}" for k, n in counts.items()]
+    no_fig = sum(h.startswith("no ") and "figure" in h for h in answer.holes)
+    if no_fig:
+        parts.append(f"{no_fig} without a {metric.name} figure")
+    return "nothing qualifies: " + "; ".join(parts) + "."
+
+
+def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> list[FrontierPoint]:
+    """The x-vs-y Pareto view of the given configurations (those with both figures)."""
+    items = [(c.optimizer, c.strategy, ev.value(c, x), ev.value(c, y)) for c in cells]
+    items = [i for i in items if i[2] is not None and i[3] is not None]
+    return pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)
+
+
+def matching_caveats(rules: Rules, group: Group, metric: str, pick: Entry | None) -> list[str]:
+    """The caveats of rules/caveats.toml whose every `when` key matches this answer."""
+    context = {
+        "source": group.kind,
+        "family": group.family,
+        "metric": metric,
+        "preset": group.preset,
+        "optimizer": pick.optimizer if pick else None,
+        "strategy": pick.strategy if pick else None,
+    }
+    out = []
+    for caveat in rules.caveats:
+        when = caveat.get("when", {})
+        if all(context.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+            out.append(caveat["text"])
+    return out
+
+
+__all__ = ["Answer", "Constraints", "Entry", "NoEvidence", "recommend", "select_group", "source_kind"]

@@ -1,0 +1,151 @@
+"""The declarative knowledge in rules/*.toml, loaded and checked once, with lookups by name."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+
+class RulesError(Exception):
+    """A rules file that is missing a key or contradicts another."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    direction: str  # 'min' or 'max'
+    unit: str
+    label: str
+    measures: tuple[str, ...]
+
+    def better(self, a: float, b: float) -> bool:
+        """True when value a is strictly better than b for this metric."""
+        return a < b if self.direction == "min" else a > b
+
+    def best(self, values):
+        return min(values) if self.direction == "min" else max(values)
+
+
+@dataclass(frozen=True)
+class Measure:
+    name: str
+    label: str
+    factor: float = 1.0
+    scale: str | None = None  # a column of `runs` the value is multiplied by
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    aliases: tuple[str, ...]
+    reference_model: str
+    description: str
+    grid_optimizers: tuple[str, ...]
+    grid_strategies: tuple[str, ...]
+    model_types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rules:
+    metrics: dict[str, Metric]
+    measures: dict[str, Measure]
+    families: dict[str, Family]
+    flowchart: dict
+    caveats: list[dict]
+    optimizers: tuple[str, ...]
+    strategies: tuple[str, ...]
+
+    def family(self, name: str) -> Family:
+        """The family named by a family name, an alias or a reference model name (case-insensitive)."""
+        key = name.strip().lower()
+        for fam in self.families.values():
+            if key == fam.name or key in fam.aliases or key == fam.reference_model:
+                return fam
+        raise KeyError(name)
+
+    def family_choices(self) -> list[str]:
+        return [n for f in self.families.values() for n in (f.name, *f.aliases)]
+
+    def family_of_model_type(self, model_type: str) -> Family | None:
+        for fam in self.families.values():
+            if model_type in fam.model_types:
+                return fam
+        return None
+
+    def metric(self, name: str) -> Metric:
+        return self.metrics[name.strip().lower()]
+
+
+def rules_dir() -> Path:
+    return Path(str(resources.files("advisor.shipped.rules")))
+
+
+@cache
+def load_rules(directory: str | None = None) -> Rules:
+    """Load and cross-check every rules file (cached: the rules do not change during a process)."""
+    base = Path(directory) if directory else rules_dir()
+    raw = {name: _read(base / f"{name}.toml") for name in ("metrics", "families", "flowchart", "caveats")}
+    measures = {n: Measure(name=n, **m) for n, m in raw["metrics"].get("measures", {}).items()}
+    metrics = {}
+    for name, m in raw["metrics"].get("metrics", {}).items():
+        metric = Metric(
+            name=name,
+            direction=m["direction"],
+            unit=m["unit"],
+            label=m["label"],
+            measures=tuple(m["measures"]),
+        )
+        if metric.direction not in ("min", "max"):
+            raise RulesError(f"metric {name}: direction must be 'min' or 'max', not {metric.direction!r}")
+        unknown = [x for x in metric.measures if x not in measures]
+        if unknown:
+            raise RulesError(f"metric {name} reads undefined measures: {', '.join(unknown)}")
+        metrics[name] = metric
+    families = {
+        name: Family(
+            name=name,
+            aliases=tuple(f.get("aliases", ())),
+            reference_model=f["reference_model"],
+            description=f.get("description", ""),
+            grid_optimizers=tuple(f["grid_optimizers"]),
+            grid_strategies=tuple(f["grid_strategies"]),
+            model_types=tuple(f.get("model_types", ())),
+        )
+        for name, f in raw["families"].get("families", {}).items()
+    }
+    flowchart = raw["flowchart"]
+    missing = [m for m in flowchart.get("metrics", []) if m not in metrics]
+    if missing:
+        raise RulesError(f"flowchart.toml walks undefined metrics: {', '.join(missing)}")
+    _check_model_types_unique(families)
+    return Rules(
+        metrics=metrics,
+        measures=measures,
+        families=families,
+        flowchart=flowchart,
+        caveats=raw["caveats"].get("caveats", []),
+        optimizers=tuple(raw["families"]["optimizers"]),
+        strategies=tuple(raw["families"]["strategies"]),
+    )
+
+
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise RulesError(f"rules file {path} is missing") from e
+    except tomllib.TOMLDecodeError as e:
+        raise RulesError(f"rules file {path} is not valid TOML: {e}") from e
+
+
+def _check_model_types_unique(families: dict[str, Family]) -> None:
+    seen: dict[str, str] = {}
+    for fam in families.values():
+        for mt in fam.model_types:
+            if mt in seen:
+                raise RulesError(f"model_type {mt!r} is listed under both {seen[mt]} and {fam.name}")
+            seen[mt] = fam.name

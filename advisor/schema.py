@@ -1,0 +1,225 @@
+"""The knowledge-base schema, defined once as append-only migrations, and the two ways to open a KB.
+
+Both sides share this module: `measure` writes through `open_kb` (sqlite-utils, migrations applied,
+WAL), the answer side reads through `connect_readonly` (stdlib sqlite3 only: `import sqlite_utils`
+pulls pandas, which would cost the answer side half a second).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+MIGRATION_SET = "advisor"
+MIGRATIONS_TABLE = "_sqlite_migrations"  # sqlite-utils' own bookkeeping table
+BUSY_TIMEOUT_MS = 30_000
+STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")
+
+# Append-only: never edit a migration that has shipped; add a new one.
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_runs_metrics_epochs",
+        f"""
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            cell_key TEXT NOT NULL,            -- hash of the run's full configuration, seed excluded
+            source TEXT NOT NULL,              -- 'paper:2608.08961', 'measured', 'import:<name>'
+            model TEXT NOT NULL,               -- 'vit', 'modernbert', ..., a Hugging Face id or a path
+            family TEXT NOT NULL,              -- 'vision', 'encoder', 'decoder', 'vlm' (rules/families.toml)
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            preset TEXT NOT NULL,              -- 'tiny', 'small', 'paper', 'custom'
+            seed INTEGER,                      -- NULL where the source does not say
+            hardware TEXT NOT NULL,            -- 'NVIDIA A100 40GB', 'CPU: AMD EPYC (2 cores)'
+            device TEXT,                       -- 'cuda', 'cpu'
+            host_memory_gb REAL,               -- RAM of the machine, GB
+            accelerator_memory_gb REAL,        -- memory of the accelerator, GB; NULL on CPU
+            software TEXT NOT NULL DEFAULT '{{}}', -- JSON: versions of python, torch, transformers, ...
+            config TEXT NOT NULL DEFAULT '{{}}',   -- JSON: hyperparameters and everything the cell_key hashes
+            pretrained INTEGER,                -- 1 pretrained weights, 0 random init, NULL unknown
+            n_params INTEGER,
+            status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s) for s in STATUSES)})),
+            error TEXT,                        -- why a run is not ok, as the user should read it
+            started_at TEXT,                   -- ISO 8601 UTC
+            finished_at TEXT
+        );
+        CREATE INDEX runs_group ON runs (family, source, hardware, preset, model, optimizer, strategy, status);
+        CREATE INDEX runs_cell ON runs (cell_key, seed);
+        CREATE TABLE metrics (                 -- run-level figures: one row per stated or summarised measure
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            name TEXT NOT NULL,                -- 'loss', 'epoch_time', 'host_ram', ... (rules/metrics.toml)
+            value REAL NOT NULL,
+            unit TEXT NOT NULL,
+            certainty TEXT NOT NULL DEFAULT 'measured', -- 'measured', 'stated', 'inferred'
+            note TEXT,                         -- where the figure comes from (e.g. the paper's section)
+            PRIMARY KEY (run_id, name)
+        ) WITHOUT ROWID;                       -- one b-tree lookup per figure: answers aggregate 100,000s
+        CREATE TABLE epochs (                  -- per-epoch measurements of measured runs; NULL = not measurable
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            epoch INTEGER NOT NULL,
+            steps INTEGER NOT NULL,
+            loss REAL,                         -- mean unscaled per-token (per-sample) loss of the epoch's steps
+            wall_s REAL,                       -- seconds, warm-up excluded
+            warmup_s REAL,                     -- seconds spent in warm-up steps (first epoch only)
+            peak_rss_gb REAL,                  -- peak host RSS of the process and its children, GB
+            peak_gpu_allocated_gb REAL,
+            peak_gpu_reserved_gb REAL,
+            gpu_util REAL,                     -- mean %, NVML
+            cpu_util REAL,                     -- mean % of one core, psutil
+            energy_j REAL,                     -- NVML energy counter difference
+            PRIMARY KEY (run_id, epoch)
+        );
+        """,
+    ),
+]
+KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
+
+
+class KBError(Exception):
+    """A knowledge base that cannot be used, with a sentence that says what to do."""
+
+
+def open_kb(path: str | Path):
+    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout. Returns a sqlite-utils Database."""
+    from sqlite_utils import Database
+    from sqlite_utils.migrations import Migrations
+
+    path = Path(path)
+    if path.exists():
+        _check_readable(path)
+        ro = _connect_ro(path)  # refuse a newer KB before any pragma writes to it
+        try:
+            _check_not_newer(ro, path)
+        finally:
+            ro.close()
+    elif not path.parent.exists():
+        raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
+    try:
+        db = Database(path)
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA foreign_keys = ON")
+        _check_not_newer(db.conn, path)
+        migrations = Migrations(MIGRATION_SET)
+        for name, sql in MIGRATIONS:
+            migrations(name=name)(_sql_migration(sql))
+        migrations.apply(db)
+    except sqlite3.OperationalError as e:
+        raise KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.") from e
+    except sqlite3.DatabaseError as e:
+        raise _corrupt(path, e) from e
+    return db
+
+
+def _sql_migration(sql: str):
+    def migrate(db) -> None:
+        for statement in _statements(sql):
+            db.execute(statement)
+
+    return migrate
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a script into statements (executescript would commit the migration's transaction)."""
+    out, pending = [], ""
+    for line in sql.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        out.append(pending.strip())
+    return out
+
+
+def connect_readonly(path: str | Path) -> sqlite3.Connection:
+    """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema."""
+    path = Path(path)
+    _check_readable(path)
+    conn = _connect_ro(path)
+    _check_not_newer(conn, path)
+    applied = _applied(conn)
+    if not applied:
+        raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
+    missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
+    if missing:
+        raise KBError(
+            f"{path} was written by an older advisor (schema lacks {', '.join(missing)}). "
+            f"Run `advisor kb migrate --db {path}` to upgrade it."
+        )
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    uri = path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as e:
+        if "unable to open" not in str(e):
+            raise KBError(f"cannot read {path}: {e}.") from e
+    except sqlite3.DatabaseError as e:
+        raise _corrupt(path, e) from e
+    # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite
+    # cannot create the -shm file, so read the file as immutable instead.
+    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise _corrupt(path, e) from e
+    return conn
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise KBError(
+            f"no knowledge base at {path}. Pass --db with an existing file, or build one with `advisor kb build`."
+        )
+    if path.is_dir():
+        raise KBError(f"{path} is a folder, not a knowledge base file. Pass --db with an .sqlite file.")
+    if not os.access(path, os.R_OK):
+        raise KBError(f"cannot read {path}: permission denied.")
+    with open(path, "rb") as f:
+        header = f.read(16)
+    if path.stat().st_size and header != b"SQLite format 3\x00":
+        raise KBError(f"{path} is not an SQLite file, so not a knowledge base. Pass --db with an advisor KB.")
+
+
+def _corrupt(path: Path, e: Exception) -> KBError:
+    return KBError(
+        f"{path} is corrupt or truncated ({e}). Rebuild it with `advisor kb build`, or restore it from a copy."
+    )
+
+
+def _applied(conn: sqlite3.Connection) -> list[str]:
+    try:
+        has_table = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [MIGRATIONS_TABLE]
+        ).fetchone()
+        if not has_table:
+            return []
+        rows = conn.execute(
+            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = ? ORDER BY rowid", [MIGRATION_SET]
+        )
+        return [r[0] for r in rows]
+    except sqlite3.DatabaseError as e:
+        raise KBError(f"cannot read the schema of the knowledge base: {e}.") from e
+
+
+def _check_not_newer(conn: sqlite3.Connection, path: Path) -> None:
+    unknown = [m for m in _applied(conn) if m not in KNOWN_MIGRATIONS]
+    if unknown:
+        raise KBError(
+            f"{path} was written by a newer advisor (schema has {', '.join(unknown)}). "
+            "Upgrade advisor (pip install -U advisor) to read it; nothing was changed."
+        )
+
+
+def schema_sql(conn: sqlite3.Connection) -> list[str]:
+    """The schema of a KB as sorted CREATE statements, for comparing two KBs."""
+    rows = conn.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name")
+    return [" ".join(r[0].split()) for r in rows]

@@ -1,0 +1,108 @@
+"""`advisor recommend` and `advisor frontier` on a generated KB of 100,000 runs.
+
+    python bench/large_kb.py [--runs 100000] [--rounds 5]
+
+Two layouts: runs spread over 4 families × 5 machines × 25 configurations (seeds fill the rest), and
+the worst case, every run in one evidence group. Prints median wall times (subprocess, as a user runs
+them). Target: under 1 s.
+"""
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from advisor.ingest import cell_key
+from advisor.schema import open_kb
+
+FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
+OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]
+STRATEGIES = ["standard", "checkpointing", "accumulation", "checkpointing+accumulation", "standard"]
+
+
+def generate(path: Path, n_runs: int, families: list[str], machines: int) -> None:
+    rng = random.Random(0)
+    db = open_kb(path)
+    cells = [
+        (f, m, o, s) for f in families for m in range(machines) for o in OPTIMIZERS for s in set(STRATEGIES)
+    ]
+    runs, metrics = [], []
+    for i in range(n_runs):
+        family, machine, opt, strat = cells[i % len(cells)]
+        key = cell_key({"family": family, "machine": machine, "optimizer": opt, "strategy": strat})
+        runs.append(
+            (
+                i + 1,
+                key,
+                "measured",
+                FAMILIES[family],
+                family,
+                opt,
+                strat,
+                "small",
+                i // len(cells),
+                f"bench machine {machine}",
+                "cpu",
+                24.0,
+                "ok",
+            )
+        )
+        base = 1 + OPTIMIZERS.index(opt) * 0.1
+        for name, value, unit in (
+            ("loss", base * rng.uniform(0.9, 1.1), ""),
+            ("epoch_time", rng.uniform(1, 3), "s"),
+            ("peak_rss_gb", rng.uniform(1, 2), "GB"),
+            ("cpu_util", rng.uniform(50, 99), "%"),
+        ):
+            metrics.append((i + 1, name, value, unit))
+    with db.atomic():
+        db.conn.executemany(
+            "INSERT INTO runs (id, cell_key, source, model, family, optimizer, strategy, preset, seed, hardware, "
+            "device, host_memory_gb, status) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            runs,
+        )
+        db.conn.executemany("INSERT INTO metrics (run_id, name, value, unit) VALUES (?,?,?,?)", metrics)
+    db.close()
+
+
+def median_wall(cmd: list[str], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    advisor = shutil.which("advisor") or sys.exit("advisor is not on PATH: install the project first")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, families, machines in (
+            ("spread over 20 groups per family", list(FAMILIES), 5),
+            ("all in one group", ["encoder"], 1),
+        ):
+            path = Path(tmp) / f"{machines}.sqlite"
+            start = time.perf_counter()
+            generate(path, args.runs, families, machines)
+            print(f"{args.runs:,} runs, {label}: generated in {time.perf_counter() - start:.1f} s")
+            for cmd in (
+                ["recommend", "--arch", "encoder", "--optimize", "time"],
+                ["frontier", "--arch", "encoder"],
+            ):
+                t = median_wall([advisor, *cmd, "--db", str(path)], args.rounds)
+                print(
+                    f"  advisor {' '.join(cmd)}: median {t:.3f} s  (target < 1 s: {'met' if t < 1 else 'MISSED'})"
+                )
+
+
+if __name__ == "__main__":
+    main()

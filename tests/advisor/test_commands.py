@@ -1,0 +1,94 @@
+"""frontier, flowchart, help and README coverage of every command, and the answer side's import cost."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from advisor.cli import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def all_commands(group=cli, prefix=()):
+    for name, cmd in group.commands.items():
+        path = (*prefix, name)
+        yield path, cmd
+        if isinstance(cmd, click.Group):
+            yield from all_commands(cmd, path)
+
+
+def test_every_command_has_help_with_an_example_and_is_in_readme(invoke):
+    readme = (REPO / "README.md").read_text()
+    for path, cmd in all_commands():
+        result = invoke(*path, "--help")
+        assert result.exit_code == 0
+        assert cmd.help and len(cmd.help) > 40, f"{' '.join(path)} lacks a docstring"
+        if not isinstance(cmd, click.Group):
+            assert "advisor " + " ".join(path) in cmd.help, f"{' '.join(path)}: help has no example"
+        assert f"advisor {' '.join(path)}" in readme, f"README does not document `advisor {' '.join(path)}`"
+
+
+def test_frontier_json_and_plot(invoke):
+    out = json.loads(invoke("frontier", "--arch", "vision", "--json").output)
+    on = {(p["optimizer"], p["strategy"]) for p in out["points"] if p["on_frontier"]}
+    assert on == {("sgd", "accumulation"), ("sgd", "checkpointing"), ("adagrad", "standard")}
+    assert out["x"]["metric"] == "time" and out["y"]["metric"] == "loss"
+    text = invoke("frontier", "--arch", "vision").output
+    assert "bold = on the Pareto frontier" in text and "adagrad" in text
+
+
+def test_frontier_leaves_out_diverged(invoke):
+    out = json.loads(invoke("frontier", "--arch", "decoder", "--json").output)
+    assert not any(p["optimizer"] == "cgd" for p in out["points"])
+    assert any(s.startswith("cgd + standard: diverged") for s in out["left_out"])
+    out = json.loads(
+        invoke("frontier", "--arch", "decoder", "--x", "utilization", "--y", "loss", "--json").output
+    )
+    assert out["x"]["measure"] == "gpu_util"
+
+
+def test_flowchart_paths_and_counts(invoke):
+    out = json.loads(invoke("flowchart", "--json").output)
+    assert len(out["paths"]) == 16
+    keys = {"family", "metric", "optimizer", "strategy", "value"}
+    assert all(keys <= set(p) for p in out["paths"])
+    by = {(p["family"], p["metric"]): (p["optimizer"], p["strategy"]) for p in out["paths"]}
+    # The paper's Figure 1: Adadelta wins loss on ModernBERT and Llama, Adagrad on ViT, Adam on NanoVLM,
+    # SGD is the fastest on every model, CGD is on no best path.
+    assert by[("encoder", "loss")][0] == by[("decoder", "loss")][0] == "adadelta"
+    assert by[("vision", "loss")][0] == "adagrad" and by[("vlm", "loss")][0] == "adam"
+    assert all(by[(f, "time")][0] == "sgd" for f in ("vision", "encoder", "decoder", "vlm"))
+    assert "cgd" not in out["summary"]["optimizers"]
+    assert by[("vision", "memory")] == (None, None)  # the paper states ViT RAM only as a range
+    text = invoke("flowchart").output
+    assert "Recommendation flowchart" in text and "Optimizers on best paths" in text
+
+
+def test_answer_side_imports_no_heavy_library():
+    """`advisor recommend` in a fresh interpreter imports neither torch, transformers, datasets nor pandas."""
+    code = (
+        "import sys, runpy; sys.argv = ['advisor', 'recommend', '--arch', 'encoder', '--optimize', 'memory'];"
+        "from advisor.cli import cli\n"
+        "try:\n cli()\nexcept SystemExit as e:\n assert e.code in (0, None), e.code\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets', 'pandas', 'sqlite_utils'))\n"
+        "print('HEAVY', heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "adam + standard" in out
+    assert re.search(r"HEAVY \[\]", out), out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("cmd", [["flowchart"], ["frontier", "--arch", "vit"], ["kb", "stats"]])
+def test_other_read_commands_stay_light(cmd):
+    code = (
+        f"import sys; sys.argv = ['advisor', *{cmd!r}]\nfrom advisor.cli import cli\n"
+        "try:\n cli()\nexcept SystemExit:\n pass\n"
+        "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets', 'pandas')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out

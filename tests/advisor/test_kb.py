@@ -1,0 +1,121 @@
+"""The KB: migrations, the shipped file matching its sources, import and export, stats and runs."""
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from advisor.ingest import ImportRowsError, build_kb, import_file
+from advisor.schema import KNOWN_MIGRATIONS, open_kb, schema_sql
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_KB = REPO / "kb" / "results.sqlite"
+
+
+def dump(path):
+    """The logical content of a KB: every table's rows, migrations without their timestamps."""
+    conn = sqlite3.connect(path)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+    out = {}
+    for t in tables:
+        cols = "migration_set, name" if t == "_sqlite_migrations" else "*"
+        out[t] = conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall()
+    return out, schema_sql(conn)
+
+
+def test_shipped_kb_matches_what_build_makes(tmp_path):
+    built = tmp_path / "built.sqlite"
+    build_kb(built)
+    assert dump(built) == dump(SHIPPED_KB), "kb/results.sqlite is stale: run `make kb` (advisor kb build)"
+    assert sqlite3.connect(SHIPPED_KB).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_blank_and_shipped_kb_migrate_to_same_schema(tmp_path):
+    blank = tmp_path / "blank.sqlite"
+    open_kb(blank).close()
+    copy = tmp_path / "shipped.sqlite"
+    copy.write_bytes(SHIPPED_KB.read_bytes())
+    open_kb(copy).close()
+    assert schema_sql(sqlite3.connect(blank)) == schema_sql(sqlite3.connect(copy))
+    applied = [
+        r[0] for r in sqlite3.connect(blank).execute("SELECT name FROM _sqlite_migrations ORDER BY id")
+    ]
+    assert applied == KNOWN_MIGRATIONS
+
+
+def test_open_kb_sets_wal_and_busy_timeout(tmp_path):
+    db = open_kb(tmp_path / "w.sqlite")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+
+
+def test_paper_figures_carry_provenance(kb_path):
+    conn = sqlite3.connect(kb_path)
+    conn.row_factory = sqlite3.Row
+    run = conn.execute(
+        "SELECT * FROM runs WHERE model='llama' AND optimizer='cgd' AND strategy='standard'"
+    ).fetchone()
+    assert run["source"] == "paper:2608.08961" and run["hardware"] == "NVIDIA A100 40GB"
+    assert run["preset"] == "paper" and run["host_memory_gb"] == 256 and run["status"] == "ok"
+    assert json.loads(run["config"])["lr"] == 2e-5
+    metric = conn.execute("SELECT * FROM metrics WHERE run_id = ? AND name='loss'", [run["id"]]).fetchone()
+    assert (metric["value"], metric["certainty"]) == (996.59, "stated")
+    assert "CGD" in metric["note"]
+    n_csv = len((REPO / "kb/sources/paper-2608.08961/figures.csv").read_text().strip().splitlines()) - 1
+    assert conn.execute("SELECT count(*) FROM metrics").fetchone()[0] == n_csv
+    # holes are absent rows, never zeros
+    assert conn.execute("SELECT count(*) FROM metrics WHERE value = 0").fetchone()[0] == 0
+
+
+def test_import_with_bad_rows_imports_nothing(tmp_path, kb_path, invoke):
+    src = REPO / "kb/sources/paper-2608.08961"
+    csv_path = tmp_path / "figures.csv"
+    lines = (src / "figures.csv").read_text().splitlines()
+    lines.insert(5, "vit,lion,standard,loss,0.1,loss,stated,x")
+    lines.insert(7, "vit,sgd,standard,loss,not-a-number,loss,stated,x")
+    csv_path.write_text("\n".join(lines) + "\n")
+    target = tmp_path / "target.sqlite"
+    with pytest.raises(ImportRowsError, match="2 bad row"):
+        import_file(target, csv_path, src / "setup.toml")
+    result = invoke("kb", "import", csv_path, "--setup", src / "setup.toml", "--db", kb_path)
+    assert result.exit_code == 1
+    assert "line 6: unknown optimizer 'lion'" in result.output and "nothing was imported" in result.output
+    assert dump(kb_path) == dump(SHIPPED_KB)
+
+
+def test_export_import_round_trip(tmp_path, invoke):
+    export = tmp_path / "all.json"
+    assert invoke("kb", "export", "-o", export).exit_code == 0
+    target = tmp_path / "copy.sqlite"
+    result = invoke("kb", "import", export, "--db", target)
+    assert result.exit_code == 0 and "Imported 51 runs" in result.output
+    again = invoke("kb", "import", export, "--db", target)
+    assert "0 runs" in again.output and "51 already there" in again.output
+    assert dump(target)[0]["metrics"] == dump(SHIPPED_KB)[0]["metrics"]
+
+
+def test_bad_json_import(tmp_path, invoke):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"runs": [{"source": "measured", "model": "vit"}]}))
+    result = invoke("kb", "import", bad)
+    assert result.exit_code == 1 and "run 0: missing family" in result.output
+    bad.write_text("{not json")
+    assert "not valid JSON" in invoke("kb", "import", bad).output
+
+
+def test_export_csv(invoke):
+    result = invoke("kb", "export", "--format", "csv", "--source", "paper")
+    rows = result.output.strip().splitlines()
+    assert rows[0].startswith("source,model,family,optimizer,strategy")
+    assert len(rows) == 107
+
+
+def test_stats_and_runs(invoke):
+    stats = json.loads(invoke("kb", "stats", "--json").output)
+    assert stats["runs"] == 51 and stats["by_status"] == {"ok": 51}
+    assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}
+    runs = json.loads(invoke("kb", "runs", "--family", "llama", "--json").output)
+    assert len(runs) == 15
+    assert {"id", "source", "model", "family", "optimizer", "strategy", "status"} <= set(runs[0])
+    assert "A100" in invoke("kb", "runs", "--limit", "3").output

@@ -1,0 +1,57 @@
+"""Shared fixtures: every test gets its own KB copy through $ADVISOR_DB; the shipped KB is never written."""
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_KB = REPO / "kb" / "results.sqlite"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shipped_kb_untouched():
+    """Fails the session if any test (or read command) wrote the shipped KB or left WAL files beside it."""
+    before = _digest(SHIPPED_KB)
+    yield
+    assert _digest(SHIPPED_KB) == before, "a test wrote the shipped kb/results.sqlite"
+    for suffix in ("-wal", "-shm"):
+        assert not Path(str(SHIPPED_KB) + suffix).exists(), f"a test left {SHIPPED_KB}{suffix}"
+
+
+@pytest.fixture(autouse=True)
+def kb_path(tmp_path, monkeypatch) -> Path:
+    """A private copy of the shipped KB, which $ADVISOR_DB points at for the test."""
+    path = tmp_path / "kb.sqlite"
+    shutil.copy(SHIPPED_KB, path)
+    monkeypatch.setenv("ADVISOR_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def runner():
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+@pytest.fixture
+def invoke(runner):
+    """Run the CLI in-process: invoke('recommend', '--arch', 'vit') -> click Result."""
+    from advisor.cli import cli
+
+    def _invoke(*args, **kwargs):
+        return runner.invoke(
+            cli, [str(a) for a in args], catch_exceptions=kwargs.pop("catch_exceptions", False), **kwargs
+        )
+
+    return _invoke
