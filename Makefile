@@ -5,7 +5,8 @@ BIN     = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
 
-.PHONY: setup test lint kb bench clean
+.PHONY: setup test lint kb bench reference claims clean
+REF_DB ?= build/reference-small.sqlite
 
 # torch is pinned to the CPU wheel on this machine's disk; an unpinned torch resolves to a multi-GB CUDA build.
 $(BIN)/.installed: pyproject.toml
@@ -28,9 +29,22 @@ lint: setup
 kb: setup
 	$(BIN)/advisor kb build
 
+# The CPU reference grid: all four families x the paper's optimizers x 3 strategies x 3 seeds at preset
+# small, measured here and committed as a versioned source of the shipped KB.
+reference: setup
+	mkdir -p build && rm -f $(REF_DB) $(REF_DB)-wal $(REF_DB)-shm
+	$(BIN)/advisor measure --model all --preset small --seeds 3 --db $(REF_DB)
+	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/sources/measured-cpu-small.json
+	$(BIN)/advisor kb build
+
+# The reproduction report: the paper's claims against the reference measurements.
+claims: setup
+	$(BIN)/advisor claims --source measured --markdown docs/claims.md
+
 bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/large_kb.py
+	$(BIN)/python bench/harness_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

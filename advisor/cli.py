@@ -304,6 +304,266 @@ def flowchart(source, db, as_json):
         console().print(flowchart_view(paths, summary(paths)))
 
 
+@cli.command(context_settings=CONTEXT)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    required=True,
+    metavar="NAME",
+    help="vit, modernbert, llama, nanovlm, all, a cached Hugging Face id or a local folder (repeatable).",
+)
+@click.option(
+    "--optimizer",
+    "optimizers",
+    multiple=True,
+    metavar="NAME",
+    help="Optimizers to run (repeatable). Default: the paper's grid for each model.",
+)
+@click.option(
+    "--strategy",
+    "strategies",
+    multiple=True,
+    metavar="NAME",
+    help="standard, checkpointing, accumulation, checkpointing+accumulation (repeatable). "
+    "Default: the paper's three.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(["tiny", "small", "paper"]),
+    default="small",
+    show_default=True,
+    help="Model sizes: tiny (seconds), small (the CPU reference grid), paper (the paper's real sizes).",
+)
+@click.option("--epochs", type=click.IntRange(min=1), help="Epochs per cell (default: the preset's).")
+@click.option(
+    "--steps-per-epoch",
+    type=click.IntRange(min=1),
+    help="Micro-batches per epoch, the same for every strategy (default: the preset's).",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Repeat every cell over seeds 0..N-1.",
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Learning rate for every optimizer (default: the paper's per model at preset paper, else each "
+    "optimizer's default).",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), help="Micro-batch size (default: the preset's).")
+@click.option(
+    "--accumulation-steps",
+    type=click.IntRange(min=2),
+    default=4,
+    show_default=True,
+    help="Micro-batches per optimizer step with accumulation.",
+)
+@click.option(
+    "--memory-cap",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GB",
+    help="Treat memory above this as out of memory (CUDA: per-process fraction; CPU: host RSS).",
+)
+@db_option
+@json_option
+@domain_errors
+def measure(
+    models,
+    optimizers,
+    strategies,
+    preset,
+    epochs,
+    steps_per_epoch,
+    seeds,
+    device,
+    lr,
+    batch_size,
+    accumulation_steps,
+    memory_cap,
+    db,
+    as_json,
+):
+    """Run the benchmark grid on this machine and write every run into the knowledge base.
+
+    Each cell (model × optimizer × strategy × seed) is trained, monitored (time, loss, memory,
+    utilization) and committed epoch by epoch. Cells already ok on this hardware are skipped; a cell that
+    runs out of memory, diverges or fails is stored with that status and the grid goes on.
+
+    \b
+    Examples:
+        advisor measure --model vit --preset tiny --epochs 2
+        advisor measure --model all --preset small --seeds 3 --db my.sqlite
+        advisor measure --model llama --optimizer adam --strategy checkpointing --device cuda
+    """
+    rules = load_rules()
+    _check_names(rules, optimizers, strategies)
+    names = [
+        m for name in models for m in (["vit", "modernbert", "llama", "nanovlm"] if name == "all" else [name])
+    ]
+    families = {}
+    for name in names:
+        from advisor.models import resolve_model
+
+        families[name] = resolve_model(name, rules).family
+    try:
+        from measure.config import RunConfig
+        from measure.progress import RichReporter, summary_table
+        from measure.runner import grid, run_grid
+    except ImportError as e:
+        raise click.ClickException(
+            f"the measurement side is not installed ({e.name} is missing): "
+            "pip install torch==2.13.0 -e '.[measure]'"
+        ) from e
+    base = RunConfig(
+        preset=preset,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        batch_size=batch_size,
+        lr=lr,
+        device=device,
+        accumulation_steps=accumulation_steps,
+        memory_cap_gb=memory_cap,
+    )
+    opts = {n: list(optimizers) or list(families[n].grid_optimizers) for n in names}
+    strats = {n: list(strategies) or list(families[n].grid_strategies) for n in names}
+    configs = grid(names, opts, strats, range(seeds), base)
+    _check_accumulation(configs)
+    path = kbmod.resolve_db_path(db)
+    err = Console(stderr=True)
+    with RichReporter(err) as reporter:
+        results = run_grid(configs, path, reporter)
+    if as_json:
+        echo_json({"db": str(path), "results": [r.as_dict() for r in results]})
+    else:
+        console().print(summary_table(results))
+        done = sum(r.status == "ok" for r in results)
+        click.echo(
+            f"{done} ok of {len(results)} cells, written to {path}. "
+            f"Ask: advisor recommend --model {names[0]} --source measured"
+        )
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="NAME",
+    help="vit, modernbert, llama, nanovlm (repeatable). Default: all four.",
+)
+@click.option("--preset", type=click.Choice(["tiny", "small", "paper"]), default="tiny", show_default=True)
+@db_option
+@json_option
+@domain_errors
+def validate(models, preset, db, as_json):
+    """Check on this machine that the strategies are numerically what they claim.
+
+    Checkpointing must give the same loss and gradients as standard training (bit-identical with dropout
+    off, and with dropout on given the seed); accumulating k micro-batches of padded sequences must give
+    the gradient and logged loss of one batch of k·b; conjugate gradient must solve a quadratic in n exact
+    steps; the monitor's sampler must take under 1 % of the time. Exits with code 1 when a check fails.
+    Results are recorded in the KB, and answers from this hardware say whether it was validated.
+
+    \b
+    Examples:
+        advisor validate
+        advisor validate --model llama --preset small --json
+    """
+    try:
+        from measure.hardware import describe, resolve_device
+        from measure.record import add_validations, connect
+        from measure.validate import run_checks
+    except ImportError as e:
+        raise click.ClickException(
+            f"the measurement side is not installed ({e.name} is missing): "
+            "pip install torch==2.13.0 -e '.[measure]'"
+        ) from e
+    from advisor.report import validation_view
+
+    names = list(models) or ["vit", "modernbert", "llama", "nanovlm"]
+    for name in names:
+        if name not in ("vit", "modernbert", "llama", "nanovlm"):
+            raise click.BadParameter(
+                f"unknown model {name!r}. Choose from: vit, modernbert, llama, nanovlm.",
+                param_hint="'--model'",
+            )
+    path = kbmod.resolve_db_path(db)
+    conn = connect(path)  # fail on an unusable KB before minutes of checks
+    checks = run_checks(names, preset)
+    machine = describe(resolve_device("cpu"))
+    add_validations(conn, machine, preset, checks)
+    failed = [c for c in checks if not c.passed]
+    if as_json:
+        echo_json(
+            {
+                "passed": not failed,
+                "hardware": machine["hardware"],
+                "preset": preset,
+                "checks": [c.as_dict() for c in checks],
+            }
+        )
+    else:
+        console().print(validation_view([c.as_dict() for c in checks], machine["hardware"]))
+    if failed:
+        raise SystemExit(1)
+
+
+def _check_accumulation(configs) -> None:
+    from measure.strategies import window_size
+
+    for cfg in configs:
+        r = cfg.resolved()
+        if r.steps_per_epoch % window_size(r.strategy, r.accumulation_steps):
+            raise click.BadParameter(
+                f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
+                f"{r.accumulation_steps}: accumulation would drop micro-batches.",
+                param_hint="'--steps-per-epoch'",
+            )
+
+
+@cli.command(context_settings=CONTEXT)
+@source_option
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the report as Markdown to this file.",
+)
+@db_option
+@json_option
+@domain_errors
+def claims(source, markdown_path, db, as_json):
+    """Re-check the paper's claims against the evidence: holds, does not hold, or not enough evidence.
+
+    The claims, with the paper's own numbers, are data in rules/claims.toml.
+
+    \b
+    Examples:
+        advisor claims --source paper
+        advisor claims --source measured --markdown docs/claims.md
+    """
+    from advisor.claims import check_all, markdown
+    from advisor.report import claims_view
+
+    conn = kbmod.open_for_reading(db)
+    check_source(conn, source)
+    verdicts = check_all(conn, source)
+    if markdown_path:
+        command = (
+            "advisor claims" + (f" --source {source}" if source else "") + f" --markdown {markdown_path}"
+        )
+        markdown_path.write_text(markdown(verdicts, source, command))
+    if as_json:
+        echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
+    else:
+        console().print(claims_view(verdicts))
+
+
 @cli.group(context_settings=CONTEXT)
 def kb():
     """Inspect, export, import and build the knowledge base.

@@ -12,6 +12,9 @@ from advisor.rules import Rules
 Cell = CellRuns  # a configuration of the grid, with its runs' statuses
 
 
+CONFIDENCE = 0.95
+
+
 @dataclass(frozen=True)
 class Stat:
     """A metric of one configuration over its ok runs (seeds), in the metric's unit."""
@@ -20,14 +23,30 @@ class Stat:
     n: int
     spread: float | None  # sample standard deviation; None for a single run
     stated: str | None = None  # the stored figure as its source states it, when converted and single
+    ci: tuple[float, float] | None = None  # 95 % Student-t interval of the mean; None for a single run
+
+    def overlaps(self, other: Stat) -> bool:
+        """Whether the two intervals (a single run's is its value) share a point."""
+        lo1, hi1 = self.ci or (self.mean, self.mean)
+        lo2, hi2 = other.ci or (other.mean, other.mean)
+        return lo1 <= hi2 and lo2 <= hi1
 
 
 def _stat(agg: Aggregate, converted: bool) -> Stat:
-    spread = None
+    spread = ci = None
     if agg.n > 1:
         spread = math.sqrt(max(0.0, (agg.sum_sq - agg.n * agg.mean**2) / (agg.n - 1)))
+        half = t_quantile(agg.n - 1) * spread / math.sqrt(agg.n)
+        ci = (agg.mean - half, agg.mean + half)
     stated = f"{agg.first_value:g} {agg.first_unit}" if converted and agg.n == 1 else None
-    return Stat(mean=agg.mean, n=agg.n, spread=spread, stated=stated)
+    return Stat(mean=agg.mean, n=agg.n, spread=spread, stated=stated, ci=ci)
+
+
+def t_quantile(dof: int) -> float:
+    """The two-sided 95 % Student-t quantile (scipy, imported only when a group has repeated seeds)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, 0.5 + CONFIDENCE / 2))
 
 
 class GroupEvidence:

@@ -11,7 +11,7 @@ from advisor.rules import Rules, load_rules
 
 
 @dataclass
-class Path:
+class BestPath:
     family: str
     metric: str
     answer: Answer | None  # None: no evidence group for this family
@@ -30,7 +30,7 @@ class Path:
         }
 
 
-def walk(conn: sqlite3.Connection, source: str | None = None, rules: Rules | None = None) -> list[Path]:
+def walk(conn: sqlite3.Connection, source: str | None = None, rules: Rules | None = None) -> list[BestPath]:
     """One best path per family × metric of rules/flowchart.toml (optimizer and strategy None where no evidence)."""
     rules = rules or load_rules()
     paths = []
@@ -38,14 +38,14 @@ def walk(conn: sqlite3.Connection, source: str | None = None, rules: Rules | Non
         for metric in rules.flowchart["metrics"]:
             try:
                 paths.append(
-                    Path(family, metric, recommend(conn, family, metric, source=source, rules=rules))
+                    BestPath(family, metric, recommend(conn, family, metric, source=source, rules=rules))
                 )
             except NoEvidence:
-                paths.append(Path(family, metric, None))
+                paths.append(BestPath(family, metric, None))
     return paths
 
 
-def summary(paths: list[Path]) -> dict:
+def summary(paths: list[BestPath]) -> dict:
     """How many best paths each optimizer and strategy lies on (the paper: 'SGD, seven of sixteen')."""
     picks = [p.answer.recommendation for p in paths if p.answer and p.answer.recommendation]
     return {

@@ -6,7 +6,6 @@ Every import is one transaction: a file with one bad row imports nothing.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import os
@@ -16,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from advisor.rules import load_rules
-from advisor.schema import STATUSES, KBError, open_kb
+from advisor.schema import STATUSES, KBError, cell_key, open_kb
 
 FIGURE_COLUMNS = ("model", "optimizer", "strategy", "metric", "value", "unit")
 MAX_REPORTED_ERRORS = 10
@@ -28,12 +27,6 @@ class ImportRowsError(KBError):
 
 def sources_dir() -> Path:
     return Path(str(resources.files("advisor.shipped.kb"))) / "sources"
-
-
-def cell_key(config: dict) -> str:
-    """A stable hash of a run's configuration (seed excluded): runs with the same key are repeats."""
-    payload = json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def read_figures(path: Path, setup: dict) -> list[dict]:

@@ -180,6 +180,19 @@ def group_aggregates(
     return out
 
 
+def validation(conn: sqlite3.Connection, hardware: str) -> dict | None:
+    """The latest `advisor validate` run on this hardware: when, how many checks, which failed."""
+    row = conn.execute("SELECT max(created_at) FROM validations WHERE hardware = ?", [hardware]).fetchone()
+    if not row or row[0] is None:
+        return None
+    checks = conn.execute(
+        "SELECT name, model, passed FROM validations WHERE hardware = ? AND created_at = ?",
+        [hardware, row[0]],
+    ).fetchall()
+    failed = [f"{n} ({m})" if m else n for n, m, ok in checks if not ok]
+    return {"hardware": hardware, "at": row[0], "checks": len(checks), "failed": failed, "passed": not failed}
+
+
 def sources(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT DISTINCT source FROM runs ORDER BY source")]
 

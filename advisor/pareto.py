@@ -37,18 +37,58 @@ class FrontierPoint:
     x: float
     y: float
     on_frontier: bool
+    x_ci: tuple[float, float] | None = None  # 95 % intervals over seeds, where there are several
+    y_ci: tuple[float, float] | None = None
+    within_noise: bool = (
+        False  # off the frontier of means, but no frontier point beats it beyond its intervals
+    )
 
     def as_dict(self) -> dict:
         return dict(
-            optimizer=self.optimizer, strategy=self.strategy, x=self.x, y=self.y, on_frontier=self.on_frontier
+            optimizer=self.optimizer,
+            strategy=self.strategy,
+            x=self.x,
+            y=self.y,
+            on_frontier=self.on_frontier,
+            within_noise=self.within_noise,
+            x_ci=list(self.x_ci) if self.x_ci else None,
+            y_ci=list(self.y_ci) if self.y_ci else None,
         )
 
 
-def pareto_view(
-    items: Sequence[tuple[str, str, float, float]], x_dir: str, y_dir: str
-) -> list[FrontierPoint]:
-    """(optimizer, strategy, x, y) items as points, frontier marked, sorted by x (best first)."""
-    on = set(frontier([(x, y) for _, _, x, y in items], x_dir, y_dir))
+def pareto_view(items: Sequence[tuple], x_dir: str, y_dir: str) -> list[FrontierPoint]:
+    """(optimizer, strategy, x, y[, x_ci, y_ci]) items as points, frontier marked, sorted by x (best first).
+
+    With intervals, a point off the frontier is marked `within_noise` unless some frontier point is better
+    in both objectives with intervals that do not overlap: seeds cannot tell it from the frontier.
+    """
+    items = [tuple(i) + (None, None)[: 6 - len(i)] for i in items]
+    on = set(frontier([(i[2], i[3]) for i in items], x_dir, y_dir))
     sx = 1.0 if x_dir == "min" else -1.0
-    points = [FrontierPoint(o, s, x, y, i in on) for i, (o, s, x, y) in enumerate(items)]
+    sy = 1.0 if y_dir == "min" else -1.0
+    best = [items[i] for i in on]
+
+    def clearly_better(q, p) -> bool:
+        return _beyond(q[2], q[4], p[2], p[4], sx) and _beyond(q[3], q[5], p[3], p[5], sy)
+
+    points = [
+        FrontierPoint(
+            o,
+            s,
+            x,
+            y,
+            i in on,
+            xc,
+            yc,
+            within_noise=i not in on and not any(clearly_better(q, items[i]) for q in best),
+        )
+        for i, (o, s, x, y, xc, yc) in enumerate(items)
+    ]
     return sorted(points, key=lambda p: (sx * p.x, p.optimizer, p.strategy))
+
+
+def _beyond(a: float, a_ci, b: float, b_ci, sign: float) -> bool:
+    """a is better than b (sign: +1 smaller is better) and their intervals do not overlap."""
+    a_lo, a_hi = a_ci or (a, a)
+    b_lo, b_hi = b_ci or (b, b)
+    return a_hi < b_lo if sign > 0 else a_lo > b_hi

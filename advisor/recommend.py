@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from advisor.evidence import Cell, GroupEvidence, Stat
-from advisor.kb import Group, evidence_groups, source_kind
+from advisor.kb import Group, evidence_groups, source_kind, validation
 from advisor.pareto import FrontierPoint, pareto_view
 from advisor.rules import Metric, Rules, load_rules
 
@@ -39,8 +39,9 @@ class Entry:
     tied: bool = False
     reason: str | None = None
     stated: str | None = (
-        None  # the figure as its source states it, when converted (e.g. '18.64 percent of 256 GB')
+        None  # the figure as its source states it, when converted ('18.64 percent of 256 GB')
     )
+    ci95: tuple[float, float] | None = None  # 95 % interval of the mean over seeds
 
     def as_dict(self) -> dict:
         d = dict(
@@ -54,6 +55,7 @@ class Entry:
             spread=self.spread,
             tied=self.tied,
             stated=self.stated,
+            ci95=list(self.ci95) if self.ci95 else None,
         )
         if self.reason is not None:
             d["reason"] = self.reason
@@ -75,6 +77,8 @@ class Answer:
     frontier_axes: tuple[str, str] = ("time", "loss")
     why_none: str | None = None
     other_groups: list[Group] = field(default_factory=list)
+    validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
+    tie_break: str | None = None  # what picked the recommendation among tied configurations
 
     def as_dict(self, rules: Rules) -> dict:
         measure = rules.measures.get(self.measure) if self.measure else None
@@ -100,6 +104,8 @@ class Answer:
                 "points": [p.as_dict() for p in self.frontier],
             },
             "why_none": self.why_none,
+            "validation": self.validation,
+            "tie_break": self.tie_break,
             "other_evidence": [g.as_dict() for g in self.other_groups],
         }
 
@@ -143,7 +149,9 @@ def recommend(
     rules = rules or load_rules()
     group, others = select_group(conn, rules, family, source, model)
     ev = GroupEvidence(conn, group, rules)
-    return rank_group(ev, rules.metric(metric), constraints, others)
+    answer = rank_group(ev, rules.metric(metric), constraints, others)
+    answer.validation = validation(conn, group.hardware)
+    return answer
 
 
 def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:
@@ -180,6 +188,9 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
             for c, s in ranked[1 : 1 + limit]
         ]
         answer.recommendation.tied = any(a.tied for a in answer.alternatives)
+        if answer.recommendation.tied:
+            tied = [best_cell] + [c for c, s in ranked[1:] if _tied(rules, metric, best_stat, s)]
+            answer.tie_break = decided_by(ev, metric, best_cell, tied[1], tied)
     else:
         answer.why_none = _why_none(ev, metric, answer)
     x = "time" if metric.name == "loss" else metric.name
@@ -217,6 +228,9 @@ def _exclusion(ev: GroupEvidence, cell: Cell, diverged: str | None, c: Constrain
 
 
 def _tied(rules: Rules, metric: Metric, a: Stat, b: Stat) -> bool:
+    """Tied: 95 % intervals overlap where seeds give intervals; else within the rules' relative tolerance."""
+    if a.ci is not None or b.ci is not None:
+        return a.overlaps(b)
     tol = rules.flowchart["ranking"]["tie_tolerance"]
     return abs(a.mean - b.mean) <= tol * max(abs(a.mean), abs(b.mean))
 
@@ -230,10 +244,14 @@ def _rank(ev: GroupEvidence, metric: Metric, candidates: list[tuple[Cell, Stat]]
     best = ordered[0][1]
     tied = [cs for cs in ordered if _tied(ev.rules, metric, best, cs[1])]
     rest = [cs for cs in ordered if cs not in tied]
-    return sorted(tied, key=lambda cs: _tie_break_key(ev, metric, [c for c, _ in tied], cs[0])) + rest
+    cells = [c for c, _ in tied]
+    return sorted(tied, key=lambda cs: [v for _, v in _tie_break_key(ev, metric, cells, cs[0])]) + rest
 
 
-def _tie_break_key(ev: GroupEvidence, metric: Metric, tied: list[Cell], cell: Cell) -> tuple:
+def _tie_break_key(
+    ev: GroupEvidence, metric: Metric, tied: list[Cell], cell: Cell
+) -> list[tuple[str, float]]:
+    """(what, value) pairs, compared in order: the other metrics every tied cell has, then preferences."""
     ranking = ev.rules.flowchart["ranking"]
     key = []
     for name in ranking["tie_break_metrics"]:
@@ -242,10 +260,20 @@ def _tie_break_key(ev: GroupEvidence, metric: Metric, tied: list[Cell], cell: Ce
         values = [ev.value(c, name) for c in tied]
         if all(v is not None for v in values):  # a metric breaks a tie only if every tied cell has it
             sign = 1.0 if ev.rules.metric(name).direction == "min" else -1.0
-            key.append(sign * ev.value(cell, name))
-    key.append(_index(ranking["prefer_optimizers"], cell.optimizer))
-    key.append(_index(ranking["prefer_strategies"], cell.strategy))
-    return tuple(key)
+            key.append((name, sign * ev.value(cell, name)))
+    key.append(("the preferred optimizer order", _index(ranking["prefer_optimizers"], cell.optimizer)))
+    key.append(("the preferred strategy order", _index(ranking["prefer_strategies"], cell.strategy)))
+    return key
+
+
+def decided_by(ev: GroupEvidence, metric: Metric, first: Cell, second: Cell, tied: list[Cell]) -> str:
+    """Which tie-break put `first` ahead of `second` (both tied with the best)."""
+    for (name, a), (_, b) in zip(
+        _tie_break_key(ev, metric, tied, first), _tie_break_key(ev, metric, tied, second), strict=True
+    ):
+        if a != b:
+            return name
+    return "name order"
 
 
 def _index(order: list[str], item: str) -> int:
@@ -267,6 +295,7 @@ def _entry(
         tied=tied,
         reason=reason,
         stated=stat.stated if stat else None,
+        ci95=stat.ci if stat else None,
     )
 
 
@@ -290,8 +319,8 @@ def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
 
 def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> list[FrontierPoint]:
     """The x-vs-y Pareto view of the given configurations (those with both figures)."""
-    items = [(c.optimizer, c.strategy, ev.value(c, x), ev.value(c, y)) for c in cells]
-    items = [i for i in items if i[2] is not None and i[3] is not None]
+    stats = [(c, ev.stat(c, x), ev.stat(c, y)) for c in cells]
+    items = [(c.optimizer, c.strategy, sx.mean, sy.mean, sx.ci, sy.ci) for c, sx, sy in stats if sx and sy]
     return pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)
 
 

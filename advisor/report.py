@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from advisor.flowchart import Path
+from advisor.flowchart import BestPath
 from advisor.pareto import FrontierPoint
 from advisor.plot import point_labels, scatter
 from advisor.recommend import Answer, Entry
@@ -22,10 +22,14 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.4g} {unit}".strip()
 
 
+def _with_ci(value: float, ci) -> str:
+    return fmt(value) if not ci else f"{value:.4g} ±{(ci[1] - ci[0]) / 2:.2g}"
+
+
 def _seeds(e: Entry) -> str:
-    if e.seeds > 1 and e.spread is not None:
-        return f"{e.seeds} seeds, sd {e.spread:.2g}"
-    return f"{e.seeds} run" if e.seeds == 1 else f"{e.seeds} runs"
+    if e.seeds > 1 and e.ci95 is not None:
+        return f"{e.seeds} seeds, 95% CI {e.ci95[0]:.4g}–{e.ci95[1]:.4g}"
+    return "single run: no interval" if e.seeds == 1 else f"{e.seeds} runs"
 
 
 def answer_view(answer: Answer, rules: Rules) -> RenderableType:
@@ -63,13 +67,28 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
             body.append(f" (stated: {pick.stated})")
         body.append(f" · {_seeds(pick)}", style="dim")
         if pick.tied:
+            how = "95% intervals overlap" if pick.ci95 else "within the tie tolerance"
             body.append(
-                "\ntied with the runner(s)-up marked ≈ below; picked by the tie-break rules", style="yellow"
+                f"\ntied ({how}) with the runner(s)-up marked ≈ below; picked by "
+                f"{answer.tie_break or 'the tie-break rules'} (rules/flowchart.toml)",
+                style="yellow",
             )
+        if pick.seeds == 1:
+            body.append("\nsingle-seed evidence: one run per configuration, no interval", style="yellow")
     else:
         body.append("No recommendation", style="bold red")
         body.append(f"\n{answer.why_none}")
     body.append(f"\nEvidence: {answer.group.label}", style="cyan")
+    v = answer.validation
+    if v and v["passed"]:
+        body.append(
+            f"\nValidated on this hardware: {v['checks']} checks passed (advisor validate, {v['at']})",
+            style="green",
+        )
+    elif v:
+        body.append(
+            f"\nValidation FAILED on this hardware ({v['at']}): {', '.join(v['failed'])}", style="bold red"
+        )
     if measure:
         body.append(f"\nMeasure: {measure.label}", style="dim")
         if measure.note:
@@ -130,15 +149,16 @@ def frontier_view(
     ):
         table.add_column(col)
     for label, p in zip(point_labels(points), points, strict=True):
-        style = "bold green" if p.on_frontier else None
+        style = "bold green" if p.on_frontier else "yellow" if p.within_noise else None
+        mark = "●" if p.on_frontier else "≈ (within noise)" if p.within_noise else ""
         table.add_row(
-            label, p.optimizer, p.strategy, fmt(p.x), fmt(p.y), "●" if p.on_frontier else "", style=style
+            label, p.optimizer, p.strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
         )
     plot = scatter(points, x_label=f"{x} ({xm.direction})", y_label=f"{y} ({ym.direction})")
     return RGroup(table, plot)
 
 
-def flowchart_view(paths: list[Path], summary: dict) -> RenderableType:
+def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
     """Family → metric → optimizer → strategy, as the paper's Figure 1, with the counts under it."""
     tree = Tree("[bold]Recommendation flowchart[/bold]")
     by_family: dict[str, Tree] = {}
@@ -217,3 +237,47 @@ def runs_view(runs: list[dict]) -> Table:
         style = None if r["status"] == "ok" else "red"
         table.add_row(*("" if r[c] is None else str(r[c]) for c in cols), style=style)
     return table
+
+
+def validation_view(checks: list[dict], hardware: str) -> RenderableType:
+    table = Table(
+        title=f"advisor validate on {hardware}", title_justify="left", show_edge=False, pad_edge=False
+    )
+    for col in ("check", "model", "result", "measured", "tolerance", "detail"):
+        table.add_column(col)
+    for c in checks:
+        result = "[green]pass[/green]" if c["passed"] else "[bold red]FAIL[/bold red]"
+        table.add_row(
+            c["name"], c["model"] or "", result, f"{c['value']:.3g}", f"{c['tolerance']:.3g}", c["detail"]
+        )
+    failed = [c for c in checks if not c["passed"]]
+    verdict = (
+        Text(f"All {len(checks)} checks passed.", style="bold green")
+        if not failed
+        else Text(
+            f"{len(failed)} of {len(checks)} checks FAILED: "
+            + ", ".join(f"{c['name']} ({c['model']})" if c["model"] else c["name"] for c in failed),
+            style="bold red",
+        )
+    )
+    return RGroup(table, verdict)
+
+
+def claims_view(verdicts) -> RenderableType:
+    style = {"holds": "green", "does not hold": "bold red", "not enough evidence": "yellow"}
+    table = Table(
+        title="The paper's claims, re-checked",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        show_lines=True,
+    )
+    for col in ("claim", "paper", "found here", "verdict"):
+        table.add_column(col)
+    for v in verdicts:
+        table.add_row(
+            f"[bold]{v.id}[/bold]\n{v.text}", v.paper, v.found, f"[{style[v.verdict]}]{v.verdict}[/]"
+        )
+    counts = ", ".join(f"{sum(v.verdict == k for v in verdicts)} {k}" for k in style)
+    groups = sorted({g for v in verdicts for g in v.evidence})
+    return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))

@@ -7,6 +7,8 @@ pulls pandas, which would cost the answer side half a second).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -72,8 +74,40 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0002_run_owner",
+        """
+        ALTER TABLE runs ADD COLUMN owner TEXT;  -- 'host:pid' of the process running it, to find crashed runs
+        """,
+    ),
+    (
+        "0003_validations",
+        """
+        CREATE TABLE validations (             -- `advisor validate`: equivalence checks on a machine
+            id INTEGER PRIMARY KEY,
+            hardware TEXT NOT NULL,
+            device TEXT,
+            model TEXT,                        -- NULL for checks without a model (cgd, monitor)
+            preset TEXT,
+            name TEXT NOT NULL,                -- 'checkpointing_dropout_off', 'accumulation_gradient', ...
+            passed INTEGER NOT NULL,           -- 1 passed, 0 failed
+            value REAL,                        -- what was measured (e.g. max relative gradient error)
+            tolerance REAL,                    -- the bound it must stay within
+            detail TEXT NOT NULL,
+            software TEXT NOT NULL DEFAULT '{}',
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX validations_hardware ON validations (hardware, created_at);
+        """,
+    ),
 ]
 KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
+
+
+def cell_key(config: dict) -> str:
+    """A stable hash of a run's configuration, seed excluded: runs with the same key repeat one cell."""
+    payload = json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 class KBError(Exception):

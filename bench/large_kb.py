@@ -17,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.ingest import cell_key
-from advisor.schema import open_kb
+from advisor.schema import cell_key, open_kb
 
 FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
 OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]

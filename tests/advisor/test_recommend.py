@@ -72,6 +72,9 @@ def test_ties_are_reported(invoke):
     assert out["recommendation"]["tied"] is True
     tied = [a for a in out["alternatives"] if a["tied"]]
     assert [(a["optimizer"], a["strategy"]) for a in tied] == [("adagrad", "accumulation")]
+    assert out["tie_break"] == "the preferred optimizer order"  # no other metric covers both
+    vit = answer(invoke, "--arch", "vision", "--optimize", "time")
+    assert vit["recommendation"]["tied"] and vit["tie_break"] == "loss"  # 31.74 vs 31.77 s: loss 0.07 vs 0.28
 
 
 def test_constraints_exclude_with_reasons(invoke):

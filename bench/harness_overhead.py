@@ -1,0 +1,112 @@
+"""Step time through the harness against a bare PyTorch loop, and the sampler on against off.
+
+    python bench/harness_overhead.py [--model vit] [--preset small] [--rounds 9] [--steps 12]
+
+Same model, optimizer and micro-batches (collated once, in memory). Each round runs, in turn, `steps`
+optimizer steps of: a bare loop (zero_grad, forward, mean cross-entropy, backward, step); the harness's
+step (measure.runner: summed loss over the window's targets, clock reads, divergence and memory checks,
+progress callback) with the monitor's sampler off; the same with the sampler on. Prints median step
+times and the ratios. Targets: harness / bare <= 1.03; sampler on / off <= 1.01.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from measure.config import RunConfig
+from measure.data import IGNORE, batches, load
+from measure.models import build_model
+from measure.monitor import Monitor
+from measure.optimizers import make_optimizer
+from measure.runner import Reporter, _Trainer, _warmup
+from measure.strategies import to_device
+
+
+def bare_step(model, optimizer, family, batch):
+    """What a user writes without the harness: mean cross-entropy of one batch."""
+    optimizer.zero_grad(set_to_none=True)
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "n_targets")}
+    logits = model(**inputs).logits
+    labels = batch["labels"]
+    if family == "vision":
+        loss = F.cross_entropy(logits, labels)
+    elif family == "encoder":
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+    else:
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=IGNORE)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def timed(fn, n):
+    start = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return (time.perf_counter() - start) / n
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vit")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--optimizer", default="adam")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=12)
+    args = parser.parse_args()
+    cfg = RunConfig(model=args.model, preset=args.preset, optimizer=args.optimizer, device="cpu").resolved()
+    built = build_model(cfg.model, cfg.preset, seed=0)
+    model, device = built.model, torch.device("cpu")
+    dataset, _ = load(built.family, built.shape, args.steps * cfg.batch_size, 0)
+    micro = list(batches(dataset, built.family, cfg.batch_size, 0, 0))
+    tensors = [to_device(b, device) for b in micro]
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
+    trainer = _Trainer(cfg, None, 0, Reporter(), {})
+    trainer.model, trainer.optimizer, trainer.family, trainer.device = model, optimizer, built.family, device
+    trainer.scheduler = _warmup(optimizer, 0.0, 1)
+    trainer.cfg = RunConfig(divergence_factor=1e9, warmup_steps=0)  # no step stops the bench
+
+    def harness(i):
+        trainer.step([micro[i % len(micro)]])
+
+    def bare(i):
+        bare_step(model, optimizer, built.family, tensors[i % len(tensors)])
+
+    for fn in (bare, harness):  # warm-up
+        timed(fn, 2)
+    runs = {"bare": bare, "harness, sampler off": harness, "harness, sampler on": harness}
+    times = {k: [] for k in runs}
+    for r in range(args.rounds):
+        order = list(runs) if r % 2 == 0 else list(reversed(runs))  # ABC, CBA, ...: drift cancels out
+        for name in order:
+            if name == "harness, sampler on":
+                with Monitor() as trainer.monitor:
+                    times[name].append(timed(runs[name], args.steps))
+                trainer.monitor = None
+            else:
+                times[name].append(timed(runs[name], args.steps))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"{cfg.model}/{cfg.preset} {cfg.optimizer}, batch {cfg.batch_size}, {args.rounds} rounds x {args.steps} steps"
+    )
+    for k, v in med.items():
+        print(f"  {k:22s} median {v * 1000:8.2f} ms/step")
+
+    def paired(a, b):  # the median of per-round ratios: each ratio compares neighbours in time
+        return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+    r1 = paired("harness, sampler off", "bare")
+    r2 = paired("harness, sampler on", "harness, sampler off")
+    print(
+        f"harness / bare (median of paired ratios):   {r1:.3f}  (target <= 1.03: {'met' if r1 <= 1.03 else 'MISSED'})"
+    )
+    print(
+        f"sampler on / off (median of paired ratios): {r2:.3f}  (target <= 1.01: {'met' if r2 <= 1.01 else 'MISSED'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Models: presets build offline, and a local folder trains with its family from model_type."""
+
+import json
+import sqlite3
+
+import pytest
+
+from measure.models import build_model
+
+
+@pytest.mark.parametrize(
+    "model,family", [("vit", "vision"), ("modernbert", "encoder"), ("llama", "decoder"), ("nanovlm", "vlm")]
+)
+def test_presets_build(model, family):
+    tiny, small = build_model(model, "tiny"), build_model(model, "small")
+    assert tiny.family == small.family == family
+    assert 10_000 < tiny.n_params < small.n_params < 5_000_000
+    assert not tiny.pretrained
+
+
+def test_paper_preset_configs_are_the_papers_models():
+    """The real sizes, checked on the configs (building 1B parameters here would take minutes)."""
+    from measure.models import _reference_config
+
+    vit, _ = _reference_config("vision", "paper")
+    assert (vit.hidden_size, vit.num_hidden_layers, vit.patch_size, vit.image_size) == (768, 12, 16, 224)
+    llama, shape = _reference_config("decoder", "paper")
+    assert (llama.hidden_size, llama.num_hidden_layers, llama.vocab_size, shape.seq_len) == (
+        2048,
+        16,
+        128256,
+        512,
+    )
+    bert, _ = _reference_config("encoder", "paper")
+    assert (bert.hidden_size, bert.num_hidden_layers) == (768, 22)
+    vlm, shape = _reference_config("vlm", "paper")
+    assert vlm.vision_config.hidden_size == 768 and vlm.text_config.hidden_size == 576
+    assert vlm.scale_factor == 2 and shape.image_tokens == 49
+
+
+@pytest.mark.parametrize("with_weights", [False, True])
+def test_local_folder_model_trains_and_records_weights(tmp_path, invoke, with_weights):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path / "my-llama"
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    if with_weights:
+        LlamaForCausalLM(config).save_pretrained(folder)
+    else:
+        config.save_pretrained(folder)
+    db = tmp_path / "m.sqlite"
+    result = invoke(
+        "measure",
+        "--model",
+        folder,
+        "--optimizer",
+        "sgd",
+        "--strategy",
+        "standard",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "2",
+        "--batch-size",
+        "2",
+        "--db",
+        db,
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"][0]["status"] == "ok"
+    row = (
+        sqlite3.connect(db).execute("SELECT family, preset, pretrained, n_params, model FROM runs").fetchone()
+    )
+    assert row[:3] == ("decoder", "custom", int(with_weights)) and row[3] > 0 and row[4] == str(folder)

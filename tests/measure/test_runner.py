@@ -1,0 +1,168 @@
+"""The grid runner: every family trains, and OOM, divergence, failure, resume and isolation are handled."""
+
+import json
+import sqlite3
+from dataclasses import replace
+
+import pytest
+
+from measure.config import RunConfig
+from measure.runner import grid, run_grid
+from measure.strategies import STRATEGIES
+
+TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
+PAPER_GRID = {
+    "vit": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
+    "modernbert": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
+    "llama": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
+    "nanovlm": ["sgd", "adam", "adamw", "adagrad", "adadelta"],
+}
+
+
+def rows(db, sql, *params):
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    return [dict(r) for r in conn.execute(sql, params)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(PAPER_GRID))
+def test_every_family_trains_every_optimizer_and_strategy(tmp_path, model):
+    db = tmp_path / "measured.sqlite"
+    opts = {model: PAPER_GRID[model] + (["adamw"] if model != "nanovlm" else ["cgd"])}
+    configs = grid([model], opts, {model: list(STRATEGIES)}, [0], TINY)
+    results = run_grid(configs, db)
+    assert [r.status for r in results] == ["ok"] * len(configs), [(r.config.label, r.error) for r in results]
+    runs = rows(db, "SELECT * FROM runs")
+    assert len(runs) == 6 * 4
+    run = runs[0]
+    assert run["source"] == "measured" and run["hardware"].startswith("CPU: ") and run["device"] == "cpu"
+    assert run["preset"] == "tiny" and run["n_params"] > 0 and run["pretrained"] == 0
+    assert json.loads(run["software"])["torch"].startswith("2.")
+    assert json.loads(run["config"])["data"].startswith("generated")
+    epochs = rows(db, "SELECT * FROM epochs WHERE run_id = ?", run["id"])
+    assert len(epochs) == 1 and epochs[0]["loss"] > 0 and epochs[0]["wall_s"] > 0
+    assert epochs[0]["peak_rss_gb"] > 0 and epochs[0]["cpu_util"] is not None
+    assert epochs[0]["gpu_util"] is None and epochs[0]["peak_gpu_allocated_gb"] is None  # NULL, not zero
+    names = {r["name"] for r in rows(db, "SELECT name FROM metrics WHERE run_id = ?", run["id"])}
+    assert {"loss", "loss_final", "epoch_time", "peak_rss_gb", "cpu_util"} <= names
+    assert not names & {"gpu_util", "gpu_mem_peak_gb"}
+
+
+def test_divergence_failure_and_oom_do_not_stop_the_grid(tmp_path):
+    db = tmp_path / "measured.sqlite"
+    configs = [
+        replace(TINY, model="llama", optimizer="sgd", lr=1e6),  # explodes
+        replace(TINY, model="llama", optimizer="cgd", cgd_line_search="bogus"),  # raises
+        replace(TINY, model="llama", optimizer="adam", memory_cap_gb=0.01),  # over the cap at once
+        replace(TINY, model="llama", optimizer="adam"),
+    ]
+    results = run_grid(configs, db)
+    assert [r.status for r in results] == ["diverged", "failed", "oom", "ok"]
+    assert "loss" in results[0].error
+    assert "ValueError" in results[1].error and "line_search" in results[1].error
+    assert "memory-cap" in results[2].error and "peak" in results[2].error
+    stored = rows(db, "SELECT status, error FROM runs ORDER BY id")
+    assert [r["status"] for r in stored] == ["diverged", "failed", "oom", "ok"]
+    assert all(r["error"] for r in stored[:3])
+
+
+def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
+    db = tmp_path / "measured.sqlite"
+    configs = grid(["vit"], {"vit": ["sgd", "adam"]}, {"vit": ["standard"]}, [0], TINY)
+    assert [r.status for r in run_grid(configs, db)] == ["ok", "ok"]
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET status = 'running', owner = 'nohost-x:1' WHERE optimizer = 'adam'")
+    conn.execute(
+        "UPDATE runs SET owner = ? WHERE optimizer = 'adam'", [f"{__import__('socket').gethostname()}:999999"]
+    )
+    conn.commit()
+    again = run_grid(configs, db)
+    assert [r.status for r in again] == ["skipped", "ok"]
+    stored = rows(db, "SELECT optimizer, status, error FROM runs ORDER BY id")
+    assert [(r["optimizer"], r["status"]) for r in stored] == [
+        ("sgd", "ok"),
+        ("adam", "crashed"),
+        ("adam", "ok"),
+    ]
+    assert "ended before the run did" in stored[1]["error"]
+
+
+def test_nothing_leaks_from_a_large_cell_into_a_small_one(tmp_path):
+    db = tmp_path / "measured.sqlite"
+    large = replace(TINY, model="vit", preset="small", batch_size=384, steps_per_epoch=1, optimizer="adam")
+    small = replace(TINY, model="llama", batch_size=2, steps_per_epoch=2, optimizer="sgd")
+    results = run_grid([large, small], db)
+    assert [r.status for r in results] == ["ok", "ok"]
+    peak_large, peak_small = (r.peak_memory_gb for r in results)
+    assert peak_small < peak_large - 0.2, (peak_large, peak_small)
+
+
+def test_measure_cli_then_recommend_from_it(tmp_path, invoke):
+    db = tmp_path / "measured.sqlite"
+    result = invoke(
+        "measure",
+        "--model",
+        "vit",
+        "--preset",
+        "tiny",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "4",
+        "--optimizer",
+        "sgd",
+        "--optimizer",
+        "adam",
+        "--strategy",
+        "standard",
+        "--seeds",
+        "2",
+        "--db",
+        db,
+    )
+    assert result.exit_code == 0, result.output
+    assert "4 ok of 4 cells" in result.output
+    out = json.loads(
+        invoke(
+            "recommend", "--model", "vit", "--source", "measured", "--optimize", "time", "--db", db, "--json"
+        ).output
+    )
+    assert out["evidence"]["source"] == "measured" and out["evidence"]["seeds"] == 2
+    assert out["recommendation"]["seeds"] == 2 and out["recommendation"]["spread"] is not None
+    again = invoke(
+        "measure",
+        "--model",
+        "vit",
+        "--preset",
+        "tiny",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "4",
+        "--optimizer",
+        "sgd",
+        "--strategy",
+        "standard",
+        "--db",
+        db,
+        "--json",
+    )
+    assert json.loads(again.stdout)["results"][0]["status"] == "skipped"
+
+
+def test_measure_cli_bad_input(invoke, tmp_path):
+    result = invoke("measure", "--model", "rnn", "--db", tmp_path / "x.sqlite")
+    assert result.exit_code == 1 and "cannot resolve model 'rnn'" in result.output
+    result = invoke(
+        "measure",
+        "--model",
+        "vit",
+        "--strategy",
+        "accumulation",
+        "--steps-per-epoch",
+        "6",
+        "--db",
+        tmp_path / "x.sqlite",
+    )
+    assert result.exit_code == 2 and "not a multiple of --accumulation-steps" in result.output

@@ -1,0 +1,98 @@
+"""`advisor validate` passes on every family, fails loudly on a broken strategy, and is recorded in the KB."""
+
+import json
+
+import pytest
+import torch
+
+from measure import strategies
+
+
+def run_validate(invoke, db, *args):
+    return invoke("validate", *args, "--db", db, "--json")
+
+
+@pytest.mark.slow
+def test_validate_passes_on_every_family_at_tiny(invoke, tmp_path):
+    db = tmp_path / "v.sqlite"
+    result = run_validate(invoke, db)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["passed"] is True
+    names = {(c["name"], c["model"]) for c in out["checks"]}
+    for model in ("vit", "modernbert", "llama", "nanovlm"):
+        for check in (
+            "checkpointing_dropout_off",
+            "checkpointing_dropout_on",
+            "accumulation_gradient",
+            "accumulation_logged_loss",
+        ):
+            assert (check, model) in names
+    assert ("cgd_quadratic", None) in names and ("monitor_overhead", None) in names
+
+
+def broken_train_step(model, optimizer, family, window, device, before_micro_batch=None):
+    """The October-2024 bug: each micro-batch's mean loss divided by k."""
+    optimizer.zero_grad(set_to_none=True)
+    logged = 0.0
+    for batch in window:
+        batch = strategies.to_device(batch, device)
+        loss = strategies.summed_loss(model, family, batch) / batch["n_targets"]
+        (loss / len(window)).backward()
+        logged += loss.item() / len(window)
+    optimizer.step()
+    return logged
+
+
+def test_validate_fails_with_a_clear_report_on_a_broken_strategy(invoke, tmp_path, monkeypatch):
+    monkeypatch.setattr(strategies, "train_step", broken_train_step)
+    db = tmp_path / "v.sqlite"
+    result = invoke("validate", "--model", "llama", "--db", db)
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "accumulation_gradient (llama)" in result.output
+    answer = json.loads(run_validate(invoke, db, "--model", "llama").stdout)
+    failed = {c["name"] for c in answer["checks"] if not c["passed"]}
+    assert "accumulation_gradient" in failed and "accumulation_logged_loss" in failed
+    bad = next(c for c in answer["checks"] if c["name"] == "accumulation_gradient")
+    assert bad["value"] > 0.01  # far outside float tolerance, not a rounding difference
+
+
+def test_validation_is_recorded_and_shown_in_answers(invoke, tmp_path):
+    db = tmp_path / "v.sqlite"
+    assert run_validate(invoke, db, "--model", "vit").exit_code == 0
+    assert (
+        invoke(
+            "measure",
+            "--model",
+            "vit",
+            "--preset",
+            "tiny",
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "4",
+            "--optimizer",
+            "sgd",
+            "--strategy",
+            "standard",
+            "--db",
+            db,
+        ).exit_code
+        == 0
+    )
+    answer = json.loads(
+        invoke("recommend", "--model", "vit", "--source", "measured", "--db", db, "--json").output
+    )
+    assert answer["validation"]["passed"] is True and answer["validation"]["checks"] >= 6
+    text = invoke("recommend", "--model", "vit", "--source", "measured", "--db", db).output
+    assert "Validated on this hardware" in text
+    paper = json.loads(invoke("recommend", "--arch", "vit", "--source", "paper", "--json").output)
+    assert paper["validation"] is None
+
+
+def test_dropout_on_checkpointing_matches_given_the_seed():
+    from measure.validate import check_checkpointing
+
+    check = check_checkpointing("vit", "tiny", dropout=0.1)
+    assert check.passed, check.detail
+    assert torch.are_deterministic_algorithms_enabled() is False  # the check does not rely on global flags
