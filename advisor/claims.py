@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from advisor.evidence import GroupEvidence
+from advisor.evidence import GroupEvidence, Stat
 from advisor.recommend import NoEvidence, recommend, select_group
 from advisor.rules import Rules, load_rules, rules_dir
 
@@ -57,55 +57,57 @@ class Checker:
         verdict, found, groups = getattr(self, f"_{kind}")(claim)
         return Verdict(claim["id"], claim["text"], claim.get("paper", ""), verdict, found, sorted(groups))
 
-    def _value(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str):
+    def _stat(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str) -> Stat | None:
         cell = ev.cells.get((optimizer, strategy))
-        return ev.value(cell, metric) if cell else None
+        return ev.stat(cell, metric) if cell else None
 
     def _ratio(self, c):
         ev = self.evidence(c["family"])
         if ev is None:
             return UNKNOWN, f"no {c['family']} evidence", set()
-        a = self._value(ev, c["metric"], c["a"]["optimizer"], c["a"]["strategy"])
-        b = self._value(ev, c["metric"], c["b"]["optimizer"], c["b"]["strategy"])
+        a = self._stat(ev, c["metric"], c["a"]["optimizer"], c["a"]["strategy"])
+        b = self._stat(ev, c["metric"], c["b"]["optimizer"], c["b"]["strategy"])
         name_a = f"{c['a']['optimizer']}+{c['a']['strategy']}"
         name_b = f"{c['b']['optimizer']}+{c['b']['strategy']}"
-        if a is None or b is None or b == 0:
+        if a is None or b is None or b.mean == 0:
             return UNKNOWN, f"no {c['metric']} figure for {name_a if a is None else name_b}", {ev.group.label}
-        ratio = a / b
-        ok = c["min"] <= ratio <= c["max"]
+        verdict, text = _judge(a, b, c["min"], c["max"])
         return (
-            HOLDS if ok else FAILS,
-            f"{name_a} {a:.4g} / {name_b} {b:.4g} = x{ratio:.3g} (claim: x{c['min']:g}-{c['max']:g})",
+            verdict,
+            f"{name_a} {a.mean:.4g} / {name_b} {b.mean:.4g} = {text} (claim: x{c['min']:g}-{c['max']:g})",
             {ev.group.label},
         )
 
     def _ratio_all(self, c):
-        parts, offenders, groups = [], [], set()
+        judged, groups = [], set()
         for family in c["families"]:
             ev = self.evidence(family)
             if ev is None:
                 continue
             groups.add(ev.group.label)
-            optimizers = c.get("optimizers") or sorted({o for o, _ in ev.cells})
-            for opt in optimizers:
-                a, b = self._value(ev, c["metric"], opt, c["a"]), self._value(ev, c["metric"], opt, c["b"])
-                if a is None or b is None or b == 0:
-                    continue
-                ratio = a / b
-                tag = f"{family} {opt} x{ratio:.3g}"
-                parts.append(tag)
-                if not c["min"] <= ratio <= c["max"]:
-                    offenders.append(tag)
-        if not parts:
+            for opt in c.get("optimizers") or sorted({o for o, _ in ev.cells}):
+                a, b = self._stat(ev, c["metric"], opt, c["a"]), self._stat(ev, c["metric"], opt, c["b"])
+                if a is not None and b is not None and b.mean != 0:
+                    verdict, text = _judge(a, b, c["min"], c["max"])
+                    judged.append((verdict, f"{family} {opt} {text}"))
+        if not judged:
             return (
                 UNKNOWN,
                 f"no configuration has both a {c['a']} and a {c['b']} {c['metric']} figure",
                 groups,
             )
         claim = f"(claim: x{c['min']:g}-{c['max']:g} for each)"
-        if offenders:
-            return FAILS, f"{len(offenders)} of {len(parts)} outside: {', '.join(offenders)} {claim}", groups
-        return HOLDS, f"{', '.join(parts)} {claim}", groups
+        fails = [t for v, t in judged if v == FAILS]
+        unsure = [t for v, t in judged if v == UNKNOWN]
+        if fails:
+            return FAILS, f"{len(fails)} of {len(judged)} outside: {', '.join(fails)} {claim}", groups
+        if unsure:
+            return (
+                UNKNOWN,
+                f"{len(unsure)} of {len(judged)} outside only within noise: {', '.join(unsure)} {claim}",
+                groups,
+            )
+        return HOLDS, f"{', '.join(t for _, t in judged)} {claim}", groups
 
     def _range(self, c):
         ev = self.evidence(c["family"])
@@ -130,7 +132,7 @@ class Checker:
         )
 
     def _best(self, c):
-        parts, wrong, missing, groups = [], [], [], set()
+        parts, wrong, unsure, missing, groups = [], [], [], [], set()
         for e in c["expect"]:
             try:
                 answer = recommend(self.conn, e["family"], e["metric"], source=self.source, rules=self.rules)
@@ -146,20 +148,18 @@ class Checker:
                 " (tied)" if pick.tied else ""
             )
             parts.append(tag)
-            if pick.optimizer != e.get("optimizer", pick.optimizer) or pick.strategy != e.get(
-                "strategy", pick.strategy
-            ):
-                wrong.append(
-                    f"{tag}, claim {e.get('optimizer', '')}{'+' + e['strategy'] if 'strategy' in e else ''}"
-                )
+            if _matches(pick, e):
+                continue
+            expected = f"claim {e.get('optimizer', '')}{'+' + e['strategy'] if 'strategy' in e else ''}"
+            if any(_matches(t, e) for t in answer.tied_with):
+                unsure.append(f"{tag}, tied with the claimed {e.get('optimizer', '')}")
+            else:
+                wrong.append(f"{tag}, {expected}")
         if wrong:
-            return FAILS, "; ".join(wrong), groups
-        if missing:
-            return (
-                UNKNOWN,
-                f"no answer for {', '.join(missing)}" + (f"; {'; '.join(parts)}" if parts else ""),
-                groups,
-            )
+            return FAILS, "; ".join(wrong + unsure), groups
+        if unsure or missing:
+            gaps = [f"no answer for {', '.join(missing)}"] if missing else []
+            return UNKNOWN, "; ".join(gaps + unsure + [p for p in parts if p not in " ".join(unsure)]), groups
         return HOLDS, "; ".join(parts), groups
 
     def _diverged(self, c):
@@ -184,14 +184,37 @@ class Checker:
         paths = walk(self.conn, source=self.source, rules=self.rules)
         picks = [p for p in paths if p.answer and p.answer.recommendation]
         groups = {p.answer.group.label for p in picks}
-        hits = [
-            f"{p.family} {p.metric}" for p in picks if p.answer.recommendation.optimizer == c["optimizer"]
-        ]
+        mine = [p for p in picks if p.answer.recommendation.optimizer == c["optimizer"]]
+        hits = [f"{p.family} {p.metric}" for p in mine if not p.answer.recommendation.tied]
+        tied = [f"{p.family} {p.metric}" for p in mine if p.answer.recommendation.tied]
         if hits:
-            return FAILS, f"{c['optimizer']} is best for {', '.join(hits)}", groups
+            return FAILS, f"{c['optimizer']} is best for {', '.join(hits + tied)}", groups
+        if tied:
+            return UNKNOWN, f"{c['optimizer']} is picked, tied with others, for {', '.join(tied)}", groups
         if not picks:
             return UNKNOWN, "no best paths", groups
         return HOLDS, f"{c['optimizer']} on none of {len(picks)} answered best paths", groups
+
+
+def _matches(entry, expect: dict) -> bool:
+    return entry.optimizer == expect.get("optimizer", entry.optimizer) and entry.strategy == expect.get(
+        "strategy", entry.strategy
+    )
+
+
+def _judge(a: Stat, b: Stat, lo: float, hi: float) -> tuple[str, str]:
+    """The ratio a/b against [lo, hi]: holds, does not hold beyond the seeds' intervals, or within noise."""
+    ratio = a.mean / b.mean
+    if lo <= ratio <= hi:
+        return HOLDS, f"x{ratio:.3g}"
+    a_lo, a_hi = a.ci or (a.mean, a.mean)
+    b_lo, b_hi = b.ci or (b.mean, b.mean)
+    if b_lo <= 0:
+        return UNKNOWN, f"x{ratio:.3g} (interval includes 0)"
+    r_lo, r_hi = a_lo / b_hi, a_hi / b_lo  # the ratio's range over both 95 % intervals
+    if r_hi < lo or r_lo > hi:
+        return FAILS, f"x{ratio:.3g}" + (f" [x{r_lo:.3g}-x{r_hi:.3g}]" if a.ci or b.ci else "")
+    return UNKNOWN, f"x{ratio:.3g} [x{r_lo:.3g}-x{r_hi:.3g}, within noise]"
 
 
 def check_all(

@@ -91,6 +91,18 @@ def source_option(fn):
     )(fn)
 
 
+def require_measure_side() -> None:
+    """The evidence side's libraries are an extra: say how to install them instead of a traceback."""
+    from importlib.util import find_spec
+
+    missing = [m for m in ("torch", "transformers", "datasets", "psutil") if find_spec(m) is None]
+    if missing:
+        raise click.ClickException(
+            f"the measurement side is not installed ({', '.join(missing)} missing): "
+            "pip install torch==2.13.0 -e '.[measure]'"
+        )
+
+
 def check_source(conn, source: str | None) -> None:
     """--source must name a source kind or a source present in the KB (exit 2 otherwise)."""
     if source is None:
@@ -410,15 +422,11 @@ def measure(
         from advisor.models import resolve_model
 
         families[name] = resolve_model(name, rules).family
-    try:
-        from measure.config import RunConfig
-        from measure.progress import RichReporter, summary_table
-        from measure.runner import grid, run_grid
-    except ImportError as e:
-        raise click.ClickException(
-            f"the measurement side is not installed ({e.name} is missing): "
-            "pip install torch==2.13.0 -e '.[measure]'"
-        ) from e
+    require_measure_side()
+    from measure.config import RunConfig
+    from measure.progress import RichReporter, summary_table
+    from measure.runner import grid, run_grid
+
     base = RunConfig(
         preset=preset,
         epochs=epochs,
@@ -474,16 +482,11 @@ def validate(models, preset, db, as_json):
         advisor validate
         advisor validate --model llama --preset small --json
     """
-    try:
-        from measure.hardware import describe, resolve_device
-        from measure.record import add_validations, connect
-        from measure.validate import run_checks
-    except ImportError as e:
-        raise click.ClickException(
-            f"the measurement side is not installed ({e.name} is missing): "
-            "pip install torch==2.13.0 -e '.[measure]'"
-        ) from e
+    require_measure_side()
     from advisor.report import validation_view
+    from measure.hardware import describe, resolve_device
+    from measure.record import add_validations, connect
+    from measure.validate import run_checks
 
     names = list(models) or ["vit", "modernbert", "llama", "nanovlm"]
     for name in names:

@@ -96,22 +96,26 @@ class Aggregate:
     first_unit: str
 
 
-def evidence_groups(
-    conn: sqlite3.Connection, family: str | None = None, source: str | None = None, model: str | None = None
-) -> list[Group]:
-    """Every evidence group, optionally of one family, source kind (or exact source) and model."""
+def _run_filter(source: str | None = None, **equal) -> tuple[list[str], list]:
+    """WHERE terms for runs: `source` is a kind ('paper' means any paper:<id>) or an exact source."""
     where, params = [], []
-    if family:
-        where.append("family = ?")
-        params.append(family)
     if source == "paper":
         where.append("source LIKE 'paper:%'")
     elif source:
         where.append("source = ?")
         params.append(source)
-    if model:
-        where.append("model = ?")
-        params.append(model)
+    for column, value in equal.items():
+        if value:
+            where.append(f"{column} = ?")
+            params.append(value)
+    return where, params
+
+
+def evidence_groups(
+    conn: sqlite3.Connection, family: str | None = None, source: str | None = None, model: str | None = None
+) -> list[Group]:
+    """Every evidence group, optionally of one family, source kind (or exact source) and model."""
+    where, params = _run_filter(family=family, source=source, model=model)
     sql = (
         "SELECT source, hardware, preset, model, family, sum(n), max(n) FROM ("
         "  SELECT source, hardware, preset, model, family, count(*) AS n FROM runs "
@@ -245,18 +249,7 @@ def list_runs(
     status: str | None = None,
     limit: int | None = None,
 ) -> list[dict]:
-    where, params = [], []
-    if family:
-        where.append("family = ?")
-        params.append(family)
-    if source == "paper":
-        where.append("source LIKE 'paper:%'")
-    elif source:
-        where.append("source = ?")
-        params.append(source)
-    if status:
-        where.append("status = ?")
-        params.append(status)
+    where, params = _run_filter(family=family, source=source, status=status)
     sql = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
     sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
     if limit:
@@ -267,14 +260,11 @@ def list_runs(
 def export_runs(conn: sqlite3.Connection, source: str | None = None) -> list[dict]:
     """Every run with all its provenance, metrics and epochs: the format `advisor kb import` reads back."""
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
-    sql = (
-        "SELECT * FROM runs"
-        + (" WHERE source LIKE 'paper:%'" if source == "paper" else " WHERE source = ?" if source else "")
-        + " ORDER BY id"
-    )
+    where, params = _run_filter(source=source)
+    sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
     out = []
     epoch_cols = [r[1] for r in conn.execute("PRAGMA table_info(epochs)")]
-    for row in conn.execute(sql, [source] if source and source != "paper" else []).fetchall():
+    for row in conn.execute(sql, params).fetchall():
         run = dict(zip(cols, row, strict=True))
         run_id = run.pop("id")
         run["software"] = json.loads(run["software"] or "{}")

@@ -78,7 +78,8 @@ class Answer:
     why_none: str | None = None
     other_groups: list[Group] = field(default_factory=list)
     validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
-    tie_break: str | None = None  # what picked the recommendation among tied configurations
+    tie_break: str | None = None  # what picked the pick among configurations of practically equal means
+    tied_with: list[Entry] = field(default_factory=list)  # every configuration tied with the pick
 
     def as_dict(self, rules: Rules) -> dict:
         measure = rules.measures.get(self.measure) if self.measure else None
@@ -106,6 +107,7 @@ class Answer:
             "why_none": self.why_none,
             "validation": self.validation,
             "tie_break": self.tie_break,
+            "tied_with": [e.as_dict() for e in self.tied_with],
             "other_evidence": [g.as_dict() for g in self.other_groups],
         }
 
@@ -189,8 +191,11 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
         ]
         answer.recommendation.tied = any(a.tied for a in answer.alternatives)
         if answer.recommendation.tied:
-            tied = [best_cell] + [c for c, s in ranked[1:] if _tied(rules, metric, best_stat, s)]
-            answer.tie_break = decided_by(ev, metric, best_cell, tied[1], tied)
+            tied = [(c, s) for c, s in ranked[1:] if _tied(rules, metric, best_stat, s)]
+            answer.tied_with = [_entry(ev, c, metric, s, tied=True) for c, s in tied]
+            equal = [best_cell] + [c for c, s in tied if _equal(rules, best_stat, s)]
+            if len(equal) > 1:
+                answer.tie_break = decided_by(ev, metric, best_cell, equal[1], equal)
     else:
         answer.why_none = _why_none(ev, metric, answer)
     x = "time" if metric.name == "loss" else metric.name
@@ -230,22 +235,28 @@ def _exclusion(ev: GroupEvidence, cell: Cell, diverged: str | None, c: Constrain
 def _tied(rules: Rules, metric: Metric, a: Stat, b: Stat) -> bool:
     """Tied: 95 % intervals overlap where seeds give intervals; else within the rules' relative tolerance."""
     if a.ci is not None or b.ci is not None:
-        return a.overlaps(b)
+        return a.overlaps(b) or _equal(rules, a, b)
+    return _equal(rules, a, b)
+
+
+def _equal(rules: Rules, a: Stat, b: Stat) -> bool:
+    """Practically equal means: within the rules' relative tie tolerance."""
     tol = rules.flowchart["ranking"]["tie_tolerance"]
     return abs(a.mean - b.mean) <= tol * max(abs(a.mean), abs(b.mean))
 
 
 def _rank(ev: GroupEvidence, metric: Metric, candidates: list[tuple[Cell, Stat]]) -> list[tuple[Cell, Stat]]:
-    """Best first; configurations tied with the best are ordered by the tie-break rules."""
+    """Best mean first. Only configurations whose means are practically equal to the best are reordered by
+    the tie-break rules: overlapping intervals make a tie to report, not a reason to prefer a worse mean."""
     sign = 1.0 if metric.direction == "min" else -1.0
     ordered = sorted(candidates, key=lambda cs: (sign * cs[1].mean, cs[0].optimizer, cs[0].strategy))
     if not ordered:
         return []
     best = ordered[0][1]
-    tied = [cs for cs in ordered if _tied(ev.rules, metric, best, cs[1])]
-    rest = [cs for cs in ordered if cs not in tied]
-    cells = [c for c, _ in tied]
-    return sorted(tied, key=lambda cs: [v for _, v in _tie_break_key(ev, metric, cells, cs[0])]) + rest
+    equal = [cs for cs in ordered if _equal(ev.rules, best, cs[1])]
+    rest = [cs for cs in ordered if cs not in equal]
+    cells = [c for c, _ in equal]
+    return sorted(equal, key=lambda cs: [v for _, v in _tie_break_key(ev, metric, cells, cs[0])]) + rest
 
 
 def _tie_break_key(

@@ -68,9 +68,14 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
         body.append(f" · {_seeds(pick)}", style="dim")
         if pick.tied:
             how = "95% intervals overlap" if pick.ci95 else "within the tie tolerance"
+            why = (
+                f"picked by {answer.tie_break} (rules/flowchart.toml)"
+                if answer.tie_break
+                else "picked for the best mean"
+            )
+            n = len(answer.tied_with)
             body.append(
-                f"\ntied ({how}) with the runner(s)-up marked ≈ below; picked by "
-                f"{answer.tie_break or 'the tie-break rules'} (rules/flowchart.toml)",
+                f"\ntied ({how}) with {n} other configuration{'s' if n > 1 else ''}, marked ≈; {why}",
                 style="yellow",
             )
         if pick.seeds == 1:

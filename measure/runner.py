@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import math
+import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -330,7 +331,8 @@ class _Trainer:
         out = [
             ("loss", sum(col("loss")) / len(e), "nats/target, mean over epochs"),
             ("loss_final", e[-1]["loss"], "nats/target, last epoch"),
-            ("epoch_time", sum(col("wall_s")) / len(e), "s/epoch, warm-up excluded"),
+            # the median epoch: one epoch slowed by another process on a shared machine does not move it
+            ("epoch_time", statistics.median(col("wall_s")), "s/epoch, median over epochs, warm-up excluded"),
         ]
         for name, key, agg, unit in (
             ("peak_rss_gb", "peak_rss_gb", max, "GB"),

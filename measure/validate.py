@@ -56,13 +56,13 @@ def run_checks(models: list[str], preset: str, accumulation_steps: int = 4) -> l
     return out + [check_cgd(), check_monitor()]
 
 
-def _window(model: str, preset: str, n: int, seed: int = 0) -> tuple[str, list[dict]]:
+def micro_window(model: str, preset: str, n: int, seed: int = 0) -> tuple[str, list[dict]]:
     built = build_model(model, preset, seed=seed)
     dataset, _ = load(built.family, built.shape, 4 * n, seed)
     return built.family, list(batches(dataset, built.family, 4, seed, epoch=0))[:n]
 
 
-def _grads(
+def grads_after(
     model: str, preset: str, strategy: str, windows, family: str, dropout: float, rng_seed: int | None = None
 ):
     """Loss and gradients after one step with lr 0 (the gradients stay on the parameters)."""
@@ -85,9 +85,9 @@ def _max_rel_error(a: dict, b: dict) -> float:
 
 
 def check_checkpointing(model: str, preset: str, dropout: float) -> Check:
-    family, window = _window(model, preset, 1)
-    plain_loss, plain = _grads(model, preset, "standard", [window], family, dropout, rng_seed=1234)
-    ckpt_loss, ckpt = _grads(model, preset, "checkpointing", [window], family, dropout, rng_seed=1234)
+    family, window = micro_window(model, preset, 1)
+    plain_loss, plain = grads_after(model, preset, "standard", [window], family, dropout, rng_seed=1234)
+    ckpt_loss, ckpt = grads_after(model, preset, "checkpointing", [window], family, dropout, rng_seed=1234)
     err = max(_max_rel_error(ckpt, plain), abs(ckpt_loss[0] - plain_loss[0]) / abs(plain_loss[0]))
     name = "checkpointing_dropout_off" if dropout == 0 else "checkpointing_dropout_on"
     detail = (
@@ -97,7 +97,7 @@ def check_checkpointing(model: str, preset: str, dropout: float) -> Check:
     return Check(name, model, err == 0.0, err, 0.0, detail)
 
 
-def _concat(window: list[dict]) -> dict:
+def concat_window(window: list[dict]) -> dict:
     """k micro-batches as one batch of k·b, padded to a common width (the same targets)."""
     out, width = {}, None
     if "input_ids" in window[0]:
@@ -115,9 +115,9 @@ def _concat(window: list[dict]) -> dict:
 
 
 def check_accumulation(model: str, preset: str, k: int) -> list[Check]:
-    family, window = _window(model, preset, k)
-    acc_loss, acc = _grads(model, preset, "accumulation", [window], family, dropout=0.0)
-    big_loss, big = _grads(model, preset, "standard", [[_concat(window)]], family, dropout=0.0)
+    family, window = micro_window(model, preset, k)
+    acc_loss, acc = grads_after(model, preset, "accumulation", [window], family, dropout=0.0)
+    big_loss, big = grads_after(model, preset, "standard", [[concat_window(window)]], family, dropout=0.0)
     err = _max_rel_error(acc, big)
     loss_err = abs(acc_loss[0] - big_loss[0]) / abs(big_loss[0])
     targets = [b["n_targets"] for b in window]
@@ -176,7 +176,7 @@ def check_monitor(seconds: float = 2.0) -> Check:
     """The sampler's own CPU time as a share of the wall time, while the main thread trains."""
     from measure.monitor import Monitor
 
-    family, window = _window("llama", "tiny", 1)
+    family, window = micro_window("llama", "tiny", 1)
     built = build_model("llama", "tiny")
     opt = torch.optim.SGD(built.model.parameters(), lr=1e-3)
     with Monitor() as monitor:

@@ -28,10 +28,11 @@ def test_a_claim_that_fails_and_one_without_evidence(invoke, tmp_path, kb_path):
     conn = sqlite3.connect(kb_path)  # make the paper say Adam beat Adadelta on ModernBERT
     conn.execute(
         "UPDATE metrics SET value = 0.01 WHERE name = 'loss' AND run_id = (SELECT id FROM runs WHERE "
-        "model = 'modernbert' AND optimizer = 'adam' AND strategy = 'standard')"
+        "model = 'modernbert' AND optimizer = 'adam' AND strategy = 'standard' AND source LIKE 'paper:%')"
     )
     conn.execute(
-        "DELETE FROM metrics WHERE name = 'gpu_util' AND run_id IN (SELECT id FROM runs WHERE model = 'vit')"
+        "DELETE FROM metrics WHERE name = 'gpu_util' AND run_id IN (SELECT id FROM runs WHERE model = 'vit' "
+        "AND source LIKE 'paper:%')"
     )
     conn.commit()
     out = json.loads(invoke("claims", "--json").output)

@@ -63,7 +63,8 @@ def test_paper_figures_carry_provenance(kb_path):
     assert (metric["value"], metric["certainty"]) == (996.59, "stated")
     assert "CGD" in metric["note"]
     n_csv = len((REPO / "kb/sources/paper-2608.08961/figures.csv").read_text().strip().splitlines()) - 1
-    assert conn.execute("SELECT count(*) FROM metrics").fetchone()[0] == n_csv
+    paper_figures = "SELECT count(*) FROM metrics JOIN runs ON runs.id = run_id WHERE source LIKE 'paper:%'"
+    assert conn.execute(paper_figures).fetchone()[0] == n_csv
     # holes are absent rows, never zeros
     assert conn.execute("SELECT count(*) FROM metrics WHERE value = 0").fetchone()[0] == 0
 
@@ -89,9 +90,10 @@ def test_export_import_round_trip(tmp_path, invoke):
     assert invoke("kb", "export", "-o", export).exit_code == 0
     target = tmp_path / "copy.sqlite"
     result = invoke("kb", "import", export, "--db", target)
-    assert result.exit_code == 0 and "Imported 51 runs" in result.output
+    total = sqlite3.connect(SHIPPED_KB).execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert result.exit_code == 0 and f"Imported {total} runs" in result.output
     again = invoke("kb", "import", export, "--db", target)
-    assert "0 runs" in again.output and "51 already there" in again.output
+    assert "0 runs" in again.output and f"{total} already there" in again.output
     assert dump(target)[0]["metrics"] == dump(SHIPPED_KB)[0]["metrics"]
 
 
@@ -113,9 +115,11 @@ def test_export_csv(invoke):
 
 def test_stats_and_runs(invoke):
     stats = json.loads(invoke("kb", "stats", "--json").output)
-    assert stats["runs"] == 51 and stats["by_status"] == {"ok": 51}
+    assert {"source": "paper:2608.08961", "runs": 51} in stats["by_source"]
+    assert {"source": "measured", "runs": 180} in stats["by_source"]  # the reference grid
+    assert set(stats["by_status"]) == {"ok"}
     assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}
-    runs = json.loads(invoke("kb", "runs", "--family", "llama", "--json").output)
+    runs = json.loads(invoke("kb", "runs", "--family", "llama", "--source", "paper", "--json").output)
     assert len(runs) == 15
     assert {"id", "source", "model", "family", "optimizer", "strategy", "status"} <= set(runs[0])
     assert "A100" in invoke("kb", "runs", "--limit", "3").output

@@ -1,69 +1,37 @@
 """Strategies are numerically what they claim: checkpointing is the same function, accumulation the same
-gradient as one big batch (padded sequences of unequal length included)."""
+gradient as one big batch (padded sequences of unequal length included). The helpers are those of
+`advisor validate` (measure/validate.py), so these tests pin down what it checks."""
 
-import numpy as np
 import pytest
 import torch
 
-from measure.data import IGNORE, batches, load
-from measure.models import PAD, build_model
-from measure.strategies import prepare, summed_loss, train_step
+from measure.models import build_model
+from measure.strategies import summed_loss
+from measure.validate import concat_window, grads_after, micro_window
 
-FAMILIES = {"vit": "vision", "modernbert": "encoder", "llama": "decoder", "nanovlm": "vlm"}
-
-
-def grads_after(model_name, strategy, windows, family, seed=0):
-    built = build_model(model_name, "tiny", dropout=0.0, seed=seed)
-    prepare(built.model, strategy)
-    opt = torch.optim.SGD(built.model.parameters(), lr=0.0)  # lr 0: the step leaves the gradients to inspect
-    losses = [train_step(built.model, opt, family, w, torch.device("cpu")) for w in windows]
-    return losses, {n: p.grad.clone() for n, p in built.model.named_parameters() if p.grad is not None}
+MODELS = ["vit", "modernbert", "llama", "nanovlm"]
 
 
-def micro_batches(model_name, n, seed=0):
-    built = build_model(model_name, "tiny", seed=seed)
-    dataset, _ = load(built.family, built.shape, 4 * n, seed)
-    return list(batches(dataset, built.family, 4, seed, epoch=0))[:n]
-
-
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", MODELS)
 def test_checkpointing_is_bit_identical_with_dropout_off(model):
-    family = FAMILIES[model]
-    window = micro_batches(model, 1)
-    plain_loss, plain = grads_after(model, "standard", [window], family)
-    ckpt_loss, ckpt = grads_after(model, "checkpointing", [window], family)
+    family, window = micro_window(model, "tiny", 1)
+    plain_loss, plain = grads_after(model, "tiny", "standard", [window], family, dropout=0.0)
+    ckpt_loss, ckpt = grads_after(model, "tiny", "checkpointing", [window], family, dropout=0.0)
     assert plain_loss == ckpt_loss
     assert plain.keys() == ckpt.keys()
     for name in plain:
         assert torch.equal(plain[name], ckpt[name]), name
 
 
-def concat(window):
-    """k micro-batches as one batch of k·b: padded to a common width, the same targets."""
-    out = {}
-    width = max(b["input_ids"].shape[1] for b in window) if "input_ids" in window[0] else None
-    for key in window[0]:
-        if key == "n_targets":
-            out[key] = sum(b[key] for b in window)
-            continue
-        arrays = [b[key] for b in window]
-        if width and key in ("input_ids", "attention_mask", "labels"):
-            fill = {"input_ids": PAD, "attention_mask": 0, "labels": IGNORE}[key]
-            arrays = [np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill) for a in arrays]
-        out[key] = np.concatenate(arrays)
-    return out
-
-
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", MODELS)
 def test_accumulation_equals_one_large_batch(model):
-    family = FAMILIES[model]
-    window = micro_batches(model, 4)
+    family, window = micro_window(model, "tiny", 4)
     if "input_ids" in window[0]:
         widths = {b["input_ids"].shape[1] for b in window}
         targets = {b["n_targets"] for b in window}
         assert len(widths) > 1 or len(targets) > 1, "the test needs micro-batches of unequal length"
-    acc_loss, acc = grads_after(model, "accumulation", [window], family)
-    big_loss, big = grads_after(model, "standard", [[concat(window)]], family)
+    acc_loss, acc = grads_after(model, "tiny", "accumulation", [window], family, dropout=0.0)
+    big_loss, big = grads_after(model, "tiny", "standard", [[concat_window(window)]], family, dropout=0.0)
     assert acc_loss[0] == pytest.approx(big_loss[0], rel=1e-5)
     for name in big:
         torch.testing.assert_close(acc[name], big[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -71,29 +39,27 @@ def test_accumulation_equals_one_large_batch(model):
 
 def test_dividing_each_micro_batch_mean_by_k_is_wrong():
     """The October-2024 accumulation bug, reproduced: it is what the window's single division avoids."""
-    window = micro_batches("llama", 4)
-    built = build_model("llama", "tiny", dropout=0.0)
-    model = built.model
+    family, window = micro_window("llama", "tiny", 4)
+    model = build_model("llama", "tiny", dropout=0.0).model
     model.zero_grad()
     for b in window:
         batch = {k: torch.as_tensor(v) if k != "n_targets" else v for k, v in b.items()}
-        (summed_loss(model, "decoder", batch) / b["n_targets"] / len(window)).backward()
+        (summed_loss(model, family, batch) / b["n_targets"] / len(window)).backward()
     naive = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-    _, right = grads_after("llama", "accumulation", [window], "decoder")
+    _, right = grads_after("llama", "tiny", "accumulation", [window], family, dropout=0.0)
     right = torch.cat([g.flatten() for g in right.values()])
-    targets = [b["n_targets"] for b in window]
-    assert len(set(targets)) > 1
+    assert len({b["n_targets"] for b in window}) > 1
     assert not torch.allclose(naive, right, rtol=1e-3, atol=1e-7)
 
 
 def test_logged_loss_is_the_unscaled_mean_per_target():
-    window = micro_batches("modernbert", 4)
-    (logged,), _ = grads_after("modernbert", "accumulation", [window], "encoder")
-    built = build_model("modernbert", "tiny", dropout=0.0)
+    family, window = micro_window("modernbert", "tiny", 4)
+    (logged,), _ = grads_after("modernbert", "tiny", "accumulation", [window], family, dropout=0.0)
+    model = build_model("modernbert", "tiny", dropout=0.0).model
     with torch.no_grad():
         total = sum(
             summed_loss(
-                built.model, "encoder", {k: torch.as_tensor(v) for k, v in b.items() if k != "n_targets"}
+                model, family, {k: torch.as_tensor(v) for k, v in b.items() if k != "n_targets"}
             ).item()
             for b in window
         )
