@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import sqlite3
+import threading
 from dataclasses import dataclass
 
 from advisor.kb import Aggregate, CellRuns, Group, group_aggregates, group_cells
@@ -54,6 +56,8 @@ class GroupEvidence:
 
     def __init__(self, conn: sqlite3.Connection, group: Group, rules: Rules):
         self.conn, self.group, self.rules = conn, group, rules
+        if group.n_seeds > 1:  # intervals will need scipy: import it while SQLite aggregates (GIL released)
+            threading.Thread(target=importlib.import_module, args=("scipy.special",), daemon=True).start()
         self.cells: dict[tuple[str, str], Cell] = {
             (c.optimizer, c.strategy): c for c in group_cells(conn, group)
         }
