@@ -7,6 +7,7 @@ import sqlite3
 import tomllib
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from advisor.evidence import GroupEvidence, Stat
 from advisor.recommend import NoEvidence, recommend, select_group
@@ -36,7 +37,7 @@ class Verdict:
 
 
 def load_claims(directory: str | None = None) -> list[dict]:
-    path = (rules_dir() if directory is None else __import__("pathlib").Path(directory)) / "claims.toml"
+    path = (rules_dir() if directory is None else Path(directory)) / "claims.toml"
     return tomllib.loads(path.read_text())["claims"]
 
 

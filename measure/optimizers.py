@@ -14,20 +14,18 @@ DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3, "adamw": 1e-3, "adagrad": 1e-2, "adadelt
 
 def make_optimizer(name: str, params, lr: float, **cgd_options) -> torch.optim.Optimizer:
     """An optimizer by grid name; cgd_options go to ConjugateGradient (ignored by the others)."""
-    params = list(params)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr)
-    if name == "adadelta":
-        return torch.optim.Adadelta(params, lr=lr)
     if name == "cgd":
         return ConjugateGradient(params, lr=lr, **cgd_options)
-    raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
+    torch_optimizers = {
+        "sgd": torch.optim.SGD,
+        "adam": torch.optim.Adam,
+        "adamw": torch.optim.AdamW,
+        "adagrad": torch.optim.Adagrad,
+        "adadelta": torch.optim.Adadelta,
+    }
+    if name not in torch_optimizers:
+        raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
+    return torch_optimizers[name](params, lr=lr)
 
 
 class ConjugateGradient(torch.optim.Optimizer):

@@ -64,16 +64,22 @@ def mark_crashed(conn: sqlite3.Connection) -> int:
     return len(stale)
 
 
-def claim(conn: sqlite3.Connection, key: str, seed: int, run: dict) -> int | None:
-    """Insert a `running` run for (cell key, seed, hardware) unless it is already ok or running; its id or None."""
+FINAL = ("ok", "oom", "diverged")  # outcomes a re-run would repeat; `failed` and `crashed` are run again
+
+
+def claim(conn: sqlite3.Connection, key: str, seed: int, run: dict) -> tuple[int | None, str | None]:
+    """Insert a `running` run for (cell key, seed, hardware) unless one has a final status or is running.
+
+    Returns (run id, None), or (None, the status that makes this cell done or taken)."""
     with transaction(conn):
         taken = conn.execute(
             "SELECT status, owner FROM runs WHERE source = ? AND cell_key = ? AND seed = ? AND hardware = ? "
-            "AND status IN ('ok', 'running')",
+            f"AND status IN ('running', {', '.join(repr(s) for s in FINAL)})",
             [SOURCE, key, seed, run["hardware"]],
         ).fetchall()
-        if any(status == "ok" or owner_alive(tag) for status, tag in taken):
-            return None
+        for status, tag in taken:
+            if status in FINAL or owner_alive(tag):
+                return None, status
         row = {
             **run,
             "cell_key": key,
@@ -88,7 +94,7 @@ def claim(conn: sqlite3.Connection, key: str, seed: int, run: dict) -> int | Non
         cur = conn.execute(
             f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
         )
-        return cur.lastrowid
+        return cur.lastrowid, None
 
 
 def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:

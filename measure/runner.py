@@ -1,8 +1,9 @@
 """The grid runner: every cell (model × optimizer × strategy × seed) trained, monitored and written to the KB.
 
 A cell never stops the grid: out-of-memory, divergence and exceptions end that cell with status `oom`,
-`diverged` or `failed` and the grid goes on. Cells already `ok` for this hardware are skipped; runs left
-`running` by a dead process are marked `crashed` and run again.
+`diverged` or `failed` and the grid goes on. Cells already `ok`, `oom` or `diverged` on this hardware are
+skipped (a re-run would repeat the outcome); `failed` ones are run again, and runs left `running` by a
+process that died are marked `crashed` and run again.
 """
 
 from __future__ import annotations
@@ -133,9 +134,9 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None) -> CellResu
         "config": cfg.as_dict(),
         **machine,
     }
-    run_id = record.claim(conn, key, cfg.seed, run)
+    run_id, taken = record.claim(conn, key, cfg.seed, run)
     if run_id is None:
-        return CellResult(cfg, "skipped", error="already ok (or running) in this KB for this hardware")
+        return CellResult(cfg, "skipped", error=f"already {taken} in this KB for this hardware")
     trainer = _Trainer(cfg, conn, run_id, reporter, run["config"])
     try:
         trainer.train()

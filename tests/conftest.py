@@ -55,3 +55,16 @@ def invoke(runner):
         )
 
     return _invoke
+
+
+TINY_VIT = ("--model", "vit", "--preset", "tiny", "--epochs", "1", "--steps-per-epoch", "4")
+
+
+@pytest.fixture
+def measure_tiny(invoke):
+    """`advisor measure` on tiny ViT cells (one epoch of four micro-batches) into db, plus extra options."""
+
+    def _measure(db, *extra):
+        return invoke("measure", *TINY_VIT, *extra, "--db", db)
+
+    return _measure

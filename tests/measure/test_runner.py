@@ -98,28 +98,10 @@ def test_nothing_leaks_from_a_large_cell_into_a_small_one(tmp_path):
     assert peak_small < peak_large - 0.2, (peak_large, peak_small)
 
 
-def test_measure_cli_then_recommend_from_it(tmp_path, invoke):
+def test_measure_cli_then_recommend_from_it(tmp_path, invoke, measure_tiny):
     db = tmp_path / "measured.sqlite"
-    result = invoke(
-        "measure",
-        "--model",
-        "vit",
-        "--preset",
-        "tiny",
-        "--epochs",
-        "1",
-        "--steps-per-epoch",
-        "4",
-        "--optimizer",
-        "sgd",
-        "--optimizer",
-        "adam",
-        "--strategy",
-        "standard",
-        "--seeds",
-        "2",
-        "--db",
-        db,
+    result = measure_tiny(
+        db, "--optimizer", "sgd", "--optimizer", "adam", "--strategy", "standard", "--seeds", "2"
     )
     assert result.exit_code == 0, result.output
     assert "4 ok of 4 cells" in result.output
@@ -130,24 +112,7 @@ def test_measure_cli_then_recommend_from_it(tmp_path, invoke):
     )
     assert out["evidence"]["source"] == "measured" and out["evidence"]["seeds"] == 2
     assert out["recommendation"]["seeds"] == 2 and out["recommendation"]["spread"] is not None
-    again = invoke(
-        "measure",
-        "--model",
-        "vit",
-        "--preset",
-        "tiny",
-        "--epochs",
-        "1",
-        "--steps-per-epoch",
-        "4",
-        "--optimizer",
-        "sgd",
-        "--strategy",
-        "standard",
-        "--db",
-        db,
-        "--json",
-    )
+    again = measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard", "--json")
     assert json.loads(again.stdout)["results"][0]["status"] == "skipped"
 
 
@@ -166,3 +131,15 @@ def test_measure_cli_bad_input(invoke, tmp_path):
         tmp_path / "x.sqlite",
     )
     assert result.exit_code == 2 and "not a multiple of --accumulation-steps" in result.output
+
+
+def test_final_outcomes_are_skipped_and_failures_retried(tmp_path):
+    db = tmp_path / "measured.sqlite"
+    configs = [
+        replace(TINY, model="llama", optimizer="sgd", lr=1e6),  # diverges: a re-run would too
+        replace(TINY, model="llama", optimizer="cgd", cgd_line_search="bogus"),  # fails: worth another try
+    ]
+    assert [r.status for r in run_grid(configs, db)] == ["diverged", "failed"]
+    again = run_grid(configs, db)
+    assert [r.status for r in again] == ["skipped", "failed"]
+    assert again[0].error == "already diverged in this KB for this hardware"

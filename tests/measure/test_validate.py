@@ -57,29 +57,10 @@ def test_validate_fails_with_a_clear_report_on_a_broken_strategy(invoke, tmp_pat
     assert bad["value"] > 0.01  # far outside float tolerance, not a rounding difference
 
 
-def test_validation_is_recorded_and_shown_in_answers(invoke, tmp_path):
+def test_validation_is_recorded_and_shown_in_answers(invoke, tmp_path, measure_tiny):
     db = tmp_path / "v.sqlite"
     assert run_validate(invoke, db, "--model", "vit").exit_code == 0
-    assert (
-        invoke(
-            "measure",
-            "--model",
-            "vit",
-            "--preset",
-            "tiny",
-            "--epochs",
-            "1",
-            "--steps-per-epoch",
-            "4",
-            "--optimizer",
-            "sgd",
-            "--strategy",
-            "standard",
-            "--db",
-            db,
-        ).exit_code
-        == 0
-    )
+    assert measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard").exit_code == 0
     answer = json.loads(
         invoke("recommend", "--model", "vit", "--source", "measured", "--db", db, "--json").output
     )
