@@ -151,6 +151,17 @@ def group_cells(conn: sqlite3.Connection, group: Group) -> list[CellRuns]:
     return list(cells.values())
 
 
+def group_protocols(conn: sqlite3.Connection, group: Group) -> dict[str, list[str]]:
+    """Each protocol of the group's runs ('preset defaults', 'lr=0.01', None: unknown) and its configurations."""
+    out: dict[str, list[str]] = {}
+    for protocol, opt, strat in conn.execute(
+        f"SELECT DISTINCT protocol, optimizer, strategy FROM runs r {GROUP_WHERE} ORDER BY 1, 2, 3",
+        _group_params(group),
+    ):
+        out.setdefault(protocol or "unknown", []).append(f"{opt}+{strat}")
+    return out
+
+
 RUN_SCALE_COLUMNS = ("host_memory_gb", "accelerator_memory_gb")
 
 

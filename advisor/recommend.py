@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from advisor.evidence import Cell, GroupEvidence, Stat
-from advisor.kb import Group, evidence_groups, source_kind, validation
+from advisor.kb import Group, evidence_groups, group_protocols, source_kind, validation
 from advisor.pareto import FrontierPoint, pareto_view
 from advisor.rules import Metric, Rules, load_rules
 
@@ -80,6 +80,7 @@ class Answer:
     validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
     tie_break: str | None = None  # what picked the pick among configurations of practically equal means
     tied_with: list[Entry] = field(default_factory=list)  # every configuration tied with the pick
+    mixed_protocols: dict[str, list[str]] = field(default_factory=dict)  # settings -> configurations, if > 1
 
     def as_dict(self, rules: Rules) -> dict:
         measure = rules.measures.get(self.measure) if self.measure else None
@@ -108,6 +109,7 @@ class Answer:
             "validation": self.validation,
             "tie_break": self.tie_break,
             "tied_with": [e.as_dict() for e in self.tied_with],
+            "mixed_protocols": self.mixed_protocols,
             "other_evidence": [g.as_dict() for g in self.other_groups],
         }
 
@@ -153,6 +155,8 @@ def recommend(
     ev = GroupEvidence(conn, group, rules)
     answer = rank_group(ev, rules.metric(metric), constraints, others)
     answer.validation = validation(conn, group.hardware)
+    protocols = group_protocols(conn, group)
+    answer.mixed_protocols = protocols if len(protocols) > 1 else {}
     return answer
 
 

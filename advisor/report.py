@@ -41,6 +41,15 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
         parts.append(_excluded_table(answer.excluded))
     if answer.holes:
         parts.append(Text("Holes in the evidence: " + "; ".join(answer.holes) + ".", style="yellow"))
+    if answer.mixed_protocols:
+        mixed = "; ".join(f"{p}: {', '.join(cfgs)}" for p, cfgs in answer.mixed_protocols.items())
+        parts.append(
+            Text(
+                f"This evidence mixes runs measured with different settings ({mixed}): "
+                "compare like with like, or measure the missing cells with the same settings.",
+                style="bold yellow",
+            )
+        )
     if answer.caveats:
         caveats = Text("Caveats\n", style="bold")
         for c in answer.caveats:

@@ -100,6 +100,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX validations_hardware ON validations (hardware, created_at);
         """,
     ),
+    (
+        "0004_run_protocol",
+        """
+        -- the settings a measured run changed from its preset's defaults ('lr=0.01, epochs=8'), or
+        -- 'preset defaults'; NULL where the source does not say. Answers flag groups that mix protocols.
+        ALTER TABLE runs ADD COLUMN protocol TEXT;
+        """,
+    ),
 ]
 KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
 

@@ -60,6 +60,16 @@ class RunConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def protocol(self) -> str:
+        """What this (unresolved) configuration changes from the preset's defaults, for the runs table.
+
+        The model, preset, cell (optimizer, strategy), seed and device are not protocol: the evidence
+        group and the hardware already say them."""
+        cell = {"model", "preset", "optimizer", "strategy", "seed", "device"}
+        default = RunConfig()
+        changed = [f"{k}={v}" for k, v in asdict(self).items() if k not in cell and v != getattr(default, k)]
+        return ", ".join(changed) or "preset defaults"
+
     @property
     def label(self) -> str:
         return f"{self.model}/{self.preset} {self.optimizer}+{self.strategy} seed {self.seed}"

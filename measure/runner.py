@@ -114,6 +114,7 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None) -> CellResu
     import torch
 
     reporter = reporter or Reporter()
+    protocol = cfg.protocol()
     cfg = cfg.resolved()
     try:
         device = resolve_device(cfg.device)
@@ -132,6 +133,7 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None) -> CellResu
         "strategy": cfg.strategy,
         "preset": cfg.preset if cfg.model in REFERENCE_MODELS else "custom",
         "config": cfg.as_dict(),
+        "protocol": protocol,
         **machine,
     }
     run_id, taken = record.claim(conn, key, cfg.seed, run)

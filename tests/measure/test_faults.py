@@ -175,3 +175,22 @@ def test_unusable_db_paths_for_measure(invoke, tmp_path, kb_path):
     result = invoke("measure", "--model", "vit", "--preset", "tiny", "--db", corrupt)
     assert result.exit_code == 1 and "corrupt or truncated" in result.output
     assert corrupt.read_bytes() == before, "nothing already stored is lost"
+
+
+def test_answers_flag_evidence_that_mixes_settings(tmp_path, invoke, measure_tiny):
+    db = tmp_path / "mixed.sqlite"
+    assert measure_tiny(db, "--strategy", "standard", "--optimizer", "adam").exit_code == 0
+    assert (
+        measure_tiny(db, "--strategy", "standard", "--optimizer", "sgd", "--batch-size", "2").exit_code == 0
+    )
+    answer = json.loads(
+        invoke("recommend", "--model", "vit", "--source", "measured", "--db", db, "--json").output
+    )
+    assert answer["mixed_protocols"] == {
+        "epochs=1, steps_per_epoch=4": ["adam+standard"],
+        "epochs=1, steps_per_epoch=4, batch_size=2": ["sgd+standard"],
+    }
+    text = invoke("recommend", "--model", "vit", "--source", "measured", "--db", db).output
+    assert "mixes runs measured with different settings" in text
+    shipped = json.loads(invoke("recommend", "--arch", "vit", "--source", "measured", "--json").output)
+    assert shipped["mixed_protocols"] == {}  # the reference grid: one protocol
