@@ -22,11 +22,13 @@ class Verdict:
     text: str
     paper: str
     verdict: str
+    note: str  # how to read the claim against measured evidence, from rules/claims.toml
     found: str  # the numbers from the evidence, or why there are none
     evidence: list[str]
 
     def as_dict(self) -> dict:
         return dict(
+            note=self.note,
             id=self.id,
             text=self.text,
             paper=self.paper,
@@ -56,7 +58,15 @@ class Checker:
     def check(self, claim: dict) -> Verdict:
         kind = claim["kind"]
         verdict, found, groups = getattr(self, f"_{kind}")(claim)
-        return Verdict(claim["id"], claim["text"], claim.get("paper", ""), verdict, found, sorted(groups))
+        return Verdict(
+            claim["id"],
+            claim["text"],
+            claim.get("paper", ""),
+            verdict,
+            claim.get("note", ""),
+            found,
+            sorted(groups),
+        )
 
     def _stat(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str) -> Stat | None:
         cell = ev.cells.get((optimizer, strategy))
@@ -248,4 +258,7 @@ def markdown(verdicts: list[Verdict], source: str | None, command: str) -> str:
     for v in verdicts:
         cells = [f"**{v.id}**: {v.text}", v.paper, v.found, v.verdict]
         lines.append("| " + " | ".join(x.replace("|", "/") for x in cells) + " |")
+    notes = [f"- **{v.id}** ({v.verdict}): {v.note}" for v in verdicts if v.note]
+    if notes:
+        lines += ["", "## Reading the verdicts", ""] + notes
     return "\n".join(lines) + "\n"
