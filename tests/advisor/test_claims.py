@@ -53,3 +53,16 @@ def test_markdown_report(invoke, tmp_path):
         "advisor claims --source paper --markdown" in text
         and "| claim | paper | found here | verdict |" in text
     )
+
+
+def test_committed_reproduction_report_is_current(invoke, tmp_path):
+    """docs/claims.md is what `make claims` writes from the shipped reference measurements."""
+    from pathlib import Path
+
+    from advisor.claims import check_all, markdown
+    from advisor.kb import open_for_reading
+
+    committed = Path(__file__).resolve().parents[2] / "docs" / "claims.md"
+    verdicts = check_all(open_for_reading(None), "measured")
+    expected = markdown(verdicts, "measured", "advisor claims --source measured --markdown docs/claims.md")
+    assert committed.read_text() == expected, "docs/claims.md is stale: run `make claims`"
