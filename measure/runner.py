@@ -198,7 +198,7 @@ class _Trainer:
         )
         self.epochs: list[dict] = []
         self.model = self.optimizer = self.monitor = self.scheduler = None
-        self.steps_done, self.first_loss, self.warm = 0, None, 0.0
+        self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
 
     def train(self) -> None:
         import torch
@@ -248,14 +248,14 @@ class _Trainer:
         cap = None if device.type == "cuda" else cfg.memory_cap_gb
         with Monitor(memory_cap_gb=cap) as self.monitor:
             for epoch in range(cfg.epochs):
-                mark, self.warm, losses = self.monitor.mark(), 0.0, []
+                mark, self.warm, self.warm_steps, losses = self.monitor.mark(), 0.0, 0, []
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats()
                 start = _clock(device)
                 micro = batches(dataset, built.family, cfg.batch_size, cfg.seed, epoch)
                 for _ in range(steps_per_epoch):
                     losses.append(self.step([next(micro) for _ in range(window)]))
-                wall = _clock(device) - start - self.warm
+                wall = _epoch_wall(_clock(device) - start - self.warm, len(losses), self.warm_steps)
                 self._end_epoch(epoch, len(losses), losses, wall, self.warm, mark, device)
 
     def step(self, window: list[dict]) -> float:
@@ -268,6 +268,7 @@ class _Trainer:
         t1 = _clock(self.device)
         if self.steps_done < self.cfg.warmup_steps:
             self.warm += t1 - t0
+            self.warm_steps += 1
         self.steps_done += 1
         self.first_loss = loss if self.first_loss is None else self.first_loss
         self._check_divergence(loss, self.first_loss, self.steps_done)
@@ -335,8 +336,15 @@ class _Trainer:
             ("loss", sum(col("loss")) / len(e), "nats/target, mean over epochs"),
             ("loss_final", e[-1]["loss"], "nats/target, last epoch"),
             # the median epoch: one epoch slowed by another process on a shared machine does not move it
-            ("epoch_time", statistics.median(col("wall_s")), "s/epoch, median over epochs, warm-up excluded"),
         ]
+        if col("wall_s"):  # absent when every step was a warm-up step
+            out.append(
+                (
+                    "epoch_time",
+                    statistics.median(col("wall_s")),
+                    "s/epoch, median over epochs, warm-up excluded",
+                )
+            )
         for name, key, agg, unit in (
             ("peak_rss_gb", "peak_rss_gb", max, "GB"),
             ("gpu_mem_peak_gb", "peak_gpu_allocated_gb", max, "GB"),
@@ -375,6 +383,15 @@ def _json(obj) -> str:
     import json
 
     return json.dumps(obj, sort_keys=True)
+
+
+def _epoch_wall(timed: float, steps: int, warm_steps: int) -> float | None:
+    """Seconds for the whole epoch at the rate of its timed (post-warm-up) steps; None if none was timed.
+
+    Subtracting the warm-up alone would make the first epoch look shorter by the steps it left out."""
+    if steps <= warm_steps:
+        return None
+    return timed * steps / (steps - warm_steps)
 
 
 def _clock(device) -> float:

@@ -143,3 +143,15 @@ def test_final_outcomes_are_skipped_and_failures_retried(tmp_path):
     again = run_grid(configs, db)
     assert [r.status for r in again] == ["skipped", "failed"]
     assert again[0].error == "already diverged in this KB for this hardware"
+
+
+def test_epoch_time_is_the_post_warm_up_rate_over_the_whole_epoch(tmp_path):
+    from measure.runner import _epoch_wall
+
+    assert _epoch_wall(5.0, steps=6, warm_steps=1) == pytest.approx(6.0)  # 5 timed steps, scaled to 6
+    assert _epoch_wall(5.0, steps=6, warm_steps=0) == 5.0
+    assert _epoch_wall(0.001, steps=1, warm_steps=1) is None  # nothing timed: NULL, not ~0
+    db = tmp_path / "measured.sqlite"
+    (result,) = run_grid([replace(TINY, model="vit", optimizer="sgd", steps_per_epoch=1)], db)
+    assert result.status == "ok" and result.epoch_time is None
+    assert rows(db, "SELECT wall_s FROM epochs") == [{"wall_s": None}]
