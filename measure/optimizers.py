@@ -140,3 +140,29 @@ class ConjugateGradient(torch.optim.Optimizer):
                 return alpha
             alpha *= group["backtrack"]
         return alpha
+
+
+def quadratic(n: int, condition: float = 100.0, seed: int = 0):
+    """f(x) = ½ xᵀAx − bᵀx with A symmetric positive definite of this condition number: (A, b, minimiser)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    eig = torch.logspace(0, float(torch.log10(torch.tensor(condition))), n, dtype=torch.float64)
+    a = q @ torch.diag(eig) @ q.T
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+    return a, b, torch.linalg.solve(a, b)
+
+
+def minimize_quadratic(make_optimizer, a: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
+    """Run an optimizer (built by make_optimizer([x])) for `steps` closure steps on ½ xᵀAx − bᵀx from 0."""
+    x = torch.zeros(a.shape[0], dtype=torch.float64, requires_grad=True)
+    opt = make_optimizer([x])
+
+    def closure():
+        opt.zero_grad()
+        loss = 0.5 * x @ a @ x - b @ x
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    return x.detach()

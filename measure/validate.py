@@ -145,25 +145,11 @@ def check_accumulation(model: str, preset: str, k: int) -> list[Check]:
 
 
 def check_cgd(n: int = 12) -> Check:
-    from measure.optimizers import ConjugateGradient
+    from measure.optimizers import ConjugateGradient, minimize_quadratic, quadratic
 
-    gen = torch.Generator().manual_seed(0)
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    a = q @ torch.diag(torch.logspace(0, 2, n, dtype=torch.float64)) @ q.T
-    b = torch.randn(n, generator=gen, dtype=torch.float64)
-    x_star = torch.linalg.solve(a, b)
-    x = torch.zeros(n, dtype=torch.float64, requires_grad=True)
-    opt = ConjugateGradient([x], lr=1e-3, line_search="secant")
-
-    def closure():
-        opt.zero_grad()
-        loss = 0.5 * x @ a @ x - b @ x
-        loss.backward()
-        return loss
-
-    for _ in range(n):
-        opt.step(closure)
-    err = float(torch.linalg.norm(x.detach() - x_star) / torch.linalg.norm(x_star))
+    a, b, x_star = quadratic(n, condition=100.0)
+    x = minimize_quadratic(lambda p: ConjugateGradient(p, lr=1e-3, line_search="secant"), a, b, steps=n)
+    err = float(torch.linalg.norm(x - x_star) / torch.linalg.norm(x_star))
     return Check(
         "cgd_quadratic",
         None,

@@ -3,40 +3,16 @@
 import pytest
 import torch
 
-from measure.optimizers import OPTIMIZERS, ConjugateGradient, make_optimizer
-
-
-def quadratic(n: int, seed: int = 0, condition: float = 50.0):
-    """f(x) = ½ xᵀAx − bᵀx with A symmetric positive definite of the given condition number."""
-    gen = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    eig = torch.logspace(0, torch.log10(torch.tensor(condition)).item(), n, dtype=torch.float64)
-    a = q @ torch.diag(eig) @ q.T
-    b = torch.randn(n, generator=gen, dtype=torch.float64)
-    x_star = torch.linalg.solve(a, b)
-    return a, b, x_star
-
-
-def run(opt_factory, a, b, steps: int):
-    x = torch.zeros(a.shape[0], dtype=torch.float64, requires_grad=True)
-    opt = opt_factory([x])
-
-    def closure():
-        opt.zero_grad()
-        loss = 0.5 * x @ a @ x - b @ x
-        loss.backward()
-        return loss
-
-    for _ in range(steps):
-        opt.step(closure)
-    return x.detach()
+from measure.optimizers import OPTIMIZERS, ConjugateGradient, make_optimizer, minimize_quadratic, quadratic
 
 
 @pytest.mark.parametrize("beta", ["pr+", "fr"])
 def test_exact_steps_converge_in_n_iterations(beta):
     n = 12
-    a, b, x_star = quadratic(n)
-    x = run(lambda p: ConjugateGradient(p, lr=1e-3, beta=beta, line_search="secant"), a, b, steps=n)
+    a, b, x_star = quadratic(n, condition=50.0)
+    x = minimize_quadratic(
+        lambda p: ConjugateGradient(p, lr=1e-3, beta=beta, line_search="secant"), a, b, steps=n
+    )
     assert torch.linalg.norm(x - x_star) / torch.linalg.norm(x_star) < 1e-8
 
 
@@ -48,14 +24,14 @@ def test_cgd_beats_sgd_on_an_ill_conditioned_quadratic():
         ("sgd", lambda p: torch.optim.SGD(p, lr=1.0 / 200.0)),
         ("cgd", lambda p: ConjugateGradient(p, lr=1.0, line_search="armijo")),
     ]:
-        x = run(factory, a, b, steps=30)
+        x = minimize_quadratic(factory, a, b, steps=30)
         err[name] = float(torch.linalg.norm(x - x_star) / torch.linalg.norm(x_star))
     assert err["cgd"] < err["sgd"] / 10, err
 
 
 def test_fixed_step_and_restarts_descend():
     a, b, x_star = quadratic(8, seed=2, condition=10.0)
-    x = run(lambda p: ConjugateGradient(p, lr=0.05, restart_every=4), a, b, steps=200)
+    x = minimize_quadratic(lambda p: ConjugateGradient(p, lr=0.05, restart_every=4), a, b, steps=200)
     assert torch.linalg.norm(x - x_star) / torch.linalg.norm(x_star) < 1e-3
 
 
