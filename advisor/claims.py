@@ -46,6 +46,7 @@ def load_claims(directory: str | None = None) -> list[dict]:
 class Checker:
     def __init__(self, conn: sqlite3.Connection, source: str | None, rules: Rules | None = None):
         self.conn, self.source, self.rules = conn, source, rules or load_rules()
+        self.cache: dict = {}  # Group -> GroupEvidence, shared with every recommend() the checks make
         self.evidence = cache(self._evidence)
 
     def _evidence(self, family: str) -> GroupEvidence | None:
@@ -53,7 +54,9 @@ class Checker:
             group, _ = select_group(self.conn, self.rules, family, self.source)
         except NoEvidence:
             return None
-        return GroupEvidence(self.conn, group, self.rules)
+        return self.cache.get(group) or self.cache.setdefault(
+            group, GroupEvidence(self.conn, group, self.rules)
+        )
 
     def check(self, claim: dict) -> Verdict:
         kind = claim["kind"]
@@ -146,7 +149,14 @@ class Checker:
         parts, wrong, unsure, missing, groups = [], [], [], [], set()
         for e in c["expect"]:
             try:
-                answer = recommend(self.conn, e["family"], e["metric"], source=self.source, rules=self.rules)
+                answer = recommend(
+                    self.conn,
+                    e["family"],
+                    e["metric"],
+                    source=self.source,
+                    rules=self.rules,
+                    evidence=self.cache,
+                )
             except NoEvidence:
                 missing.append(f"{e['family']} {e['metric']}")
                 continue
@@ -192,7 +202,7 @@ class Checker:
     def _never_best(self, c):
         from advisor.flowchart import walk
 
-        paths = walk(self.conn, source=self.source, rules=self.rules)
+        paths = walk(self.conn, source=self.source, rules=self.rules, evidence=self.cache)
         picks = [p for p in paths if p.answer and p.answer.recommendation]
         groups = {p.answer.group.label for p in picks}
         mine = [p for p in picks if p.answer.recommendation.optimizer == c["optimizer"]]

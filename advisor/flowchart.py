@@ -30,16 +30,21 @@ class BestPath:
         }
 
 
-def walk(conn: sqlite3.Connection, source: str | None = None, rules: Rules | None = None) -> list[BestPath]:
+def walk(
+    conn: sqlite3.Connection,
+    source: str | None = None,
+    rules: Rules | None = None,
+    evidence: dict | None = None,
+) -> list[BestPath]:
     """One best path per family × metric of rules/flowchart.toml (optimizer and strategy None where no evidence)."""
     rules = rules or load_rules()
     paths = []
+    evidence = {} if evidence is None else evidence  # each group aggregated once, whatever the metric
     for family in rules.families:
         for metric in rules.flowchart["metrics"]:
             try:
-                paths.append(
-                    BestPath(family, metric, recommend(conn, family, metric, source=source, rules=rules))
-                )
+                answer = recommend(conn, family, metric, source=source, rules=rules, evidence=evidence)
+                paths.append(BestPath(family, metric, answer))
             except NoEvidence:
                 paths.append(BestPath(family, metric, None))
     return paths

@@ -148,11 +148,15 @@ def recommend(
     source: str | None = None,
     model: str | None = None,
     rules: Rules | None = None,
+    evidence: dict[Group, GroupEvidence] | None = None,
 ) -> Answer:
-    """Rank the configurations of the best evidence group for one metric, under the constraints."""
+    """Rank the configurations of the best evidence group for one metric, under the constraints.
+
+    `evidence` caches each group's aggregates when one caller asks several questions (the flowchart)."""
     rules = rules or load_rules()
     group, others = select_group(conn, rules, family, source, model)
-    ev = GroupEvidence(conn, group, rules)
+    cache = {} if evidence is None else evidence
+    ev = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
     answer = rank_group(ev, rules.metric(metric), constraints, others)
     answer.validation = validation(conn, group.hardware)
     protocols = group_protocols(conn, group)
