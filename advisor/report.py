@@ -29,7 +29,7 @@ def _with_ci(value: float, ci) -> str:
 def _seeds(e: Entry) -> str:
     if e.seeds > 1 and e.ci95 is not None:
         return f"{e.seeds} seeds, 95% CI {e.ci95[0]:.4g}–{e.ci95[1]:.4g}"
-    return "single run: no interval" if e.seeds == 1 else f"{e.seeds} runs"
+    return "1 run" if e.seeds == 1 else f"{e.seeds} runs"
 
 
 def answer_view(answer: Answer, rules: Rules) -> RenderableType:
