@@ -424,9 +424,14 @@ def measure(
         families[name] = resolve_model(name, rules).family
     require_measure_side()
     from measure.config import RunConfig
+    from measure.hardware import resolve_device
     from measure.progress import RichReporter, summary_table
     from measure.runner import grid, run_grid
 
+    try:
+        resolve_device(device)  # a GPU asked for and absent is the user's to fix, not a failed cell per cell
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--device'") from e
     base = RunConfig(
         preset=preset,
         epochs=epochs,
@@ -452,7 +457,7 @@ def measure(
         done = sum(r.status == "ok" for r in results)
         click.echo(
             f"{done} ok of {len(results)} cells, written to {path}. "
-            f"Ask: advisor recommend --model {names[0]} --source measured"
+            f"Ask: advisor recommend --model {names[0]} --source measured" + (f" --db {db}" if db else "")
         )
 
 

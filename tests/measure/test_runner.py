@@ -155,3 +155,15 @@ def test_epoch_time_is_the_post_warm_up_rate_over_the_whole_epoch(tmp_path):
     (result,) = run_grid([replace(TINY, model="vit", optimizer="sgd", steps_per_epoch=1)], db)
     assert result.status == "ok" and result.epoch_time is None
     assert rows(db, "SELECT wall_s FROM epochs") == [{"wall_s": None}]
+
+
+def test_measure_without_the_asked_for_gpu_says_so(invoke, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = invoke(
+        "measure", "--model", "vit", "--preset", "tiny", "--device", "cuda", "--db", tmp_path / "g.sqlite"
+    )
+    assert result.exit_code == 2 and "torch sees no CUDA GPU" in result.output
+    assert not (tmp_path / "g.sqlite").exists()
