@@ -68,6 +68,12 @@ def build_model(model: str, preset: str, dropout: float | None = None, seed: int
     return BuiltModel(net, family, shape, pretrained, n_params, model)
 
 
+def reference_shape(model: str, preset: str) -> tuple[str, Shape]:
+    """The family and data shape of a reference model at a preset, without building (initialising) it."""
+    family = REFERENCE_MODELS[model]
+    return family, _reference_config(family, preset)[1]
+
+
 def _model_class(family: str):
     import transformers as tf
 

@@ -18,7 +18,7 @@ import torch
 
 from measure import strategies
 from measure.data import IGNORE, batches, load
-from measure.models import PAD, build_model
+from measure.models import PAD, build_model, reference_shape
 
 GRAD_RTOL = 1e-4  # float32 accumulation in a different order: relative error of the largest gradient
 LOSS_RTOL = 1e-5
@@ -59,9 +59,10 @@ def run_checks(models: list[str], preset: str, accumulation_steps: int = 4) -> l
 
 
 def micro_window(model: str, preset: str, n: int, seed: int = 0) -> tuple[str, list[dict]]:
-    built = build_model(model, preset, seed=seed)
-    dataset, _ = load(built.family, built.shape, 4 * n, seed)
-    return built.family, list(batches(dataset, built.family, 4, seed, epoch=0))[:n]
+    """n micro-batches of 4 samples of the model's data (the model itself is not built)."""
+    family, shape = reference_shape(model, preset)
+    dataset, _ = load(family, shape, 4 * n, seed)
+    return family, list(batches(dataset, family, 4, seed, epoch=0))[:n]
 
 
 def grads_after(
