@@ -146,12 +146,25 @@ def open_kb(path: str | Path):
         migrations = Migrations(MIGRATION_SET)
         for name, sql in MIGRATIONS:
             migrations(name=name)(_sql_migration(sql))
-        migrations.apply(db)
+        if migrations.pending(db):
+            _apply_exclusively(db, migrations)
     except sqlite3.OperationalError as e:
         raise KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.") from e
     except sqlite3.DatabaseError as e:
         raise _corrupt(path, e) from e
     return db
+
+
+def _apply_exclusively(db, migrations) -> None:
+    """Apply pending migrations holding the write lock, so that two processes opening a new KB at once do
+    not both create its tables: the second waits (busy timeout), then finds nothing pending."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        migrations.apply(db)  # nested: sqlite-utils uses savepoints inside an open transaction
+    except BaseException:
+        db.conn.execute("ROLLBACK")
+        raise
+    db.conn.execute("COMMIT")
 
 
 def _sql_migration(sql: str):

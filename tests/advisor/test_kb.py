@@ -123,3 +123,33 @@ def test_stats_and_runs(invoke):
     assert len(runs) == 15
     assert {"id", "source", "model", "family", "optimizer", "strategy", "status"} <= set(runs[0])
     assert "A100" in invoke("kb", "runs", "--limit", "3").output
+
+
+def _open_when_released(path, barrier, results):
+    barrier.wait()
+    try:
+        open_kb(path).close()
+        results.put("ok")
+    except Exception as e:  # the failure is the finding: report it to the parent
+        results.put(repr(e))
+
+
+@pytest.mark.slow
+def test_processes_creating_one_new_kb_at_once_all_succeed(tmp_path):
+    """The race CI found: two `advisor measure` on a new --db both created the schema."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(8):
+        path = tmp_path / f"new-{trial}.sqlite"
+        barrier, results = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_when_released, args=(path, barrier, results)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        outcomes = [results.get() for _ in procs]
+        assert outcomes == ["ok"] * 4, outcomes
+        assert sqlite3.connect(path).execute("SELECT count(*) FROM _sqlite_migrations").fetchone() == (
+            len(KNOWN_MIGRATIONS),
+        )
