@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 MIGRATION_SET = "advisor"
@@ -140,7 +141,7 @@ def open_kb(path: str | Path):
     try:
         db = Database(path)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA journal_mode = WAL")
+        _use_wal(db.conn)
         db.execute("PRAGMA foreign_keys = ON")
         _check_not_newer(db.conn, path)
         migrations = Migrations(MIGRATION_SET)
@@ -153,6 +154,19 @@ def open_kb(path: str | Path):
     except sqlite3.DatabaseError as e:
         raise _corrupt(path, e) from e
     return db
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL (persistent), retrying: SQLite answers a concurrent switch with 'database is locked' at
+    once, without waiting for the busy timeout, when another process is opening the same new file."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _apply_exclusively(db, migrations) -> None:
