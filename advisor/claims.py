@@ -72,8 +72,11 @@ class Checker:
         )
 
     def _stat(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str) -> Stat | None:
+        """The figure of a configuration that may be ranked (GroupEvidence.unusable: the one rule), else None."""
         cell = ev.cells.get((optimizer, strategy))
-        return ev.stat(cell, metric) if cell else None
+        if cell is None or (optimizer, strategy) in ev.unusable():
+            return None
+        return ev.stat(cell, metric)
 
     def _ratio(self, c):
         ev = self.evidence(c["family"])
@@ -84,7 +87,9 @@ class Checker:
         name_a = f"{c['a']['optimizer']}+{c['a']['strategy']}"
         name_b = f"{c['b']['optimizer']}+{c['b']['strategy']}"
         if a is None or b is None or b.mean == 0:
-            return UNKNOWN, f"no {c['metric']} figure for {name_a if a is None else name_b}", {ev.group.label}
+            side = c["a"] if a is None else c["b"]
+            why = ev.unusable().get((side["optimizer"], side["strategy"])) or f"no {c['metric']} figure"
+            return UNKNOWN, f"{name_a if a is None else name_b}: {why}", {ev.group.label}
         verdict, text = _judge(a, b, c["min"], c["max"])
         return (
             verdict,
@@ -131,7 +136,8 @@ class Checker:
         if c.get("measure") and measure != c["measure"]:
             have = f"only {measure}" if measure else f"no {c['metric']} figure"
             return UNKNOWN, f"no {c['measure']} figure ({have} in this evidence)", {ev.group.label}
-        values = {k: s.mean for k, s in ev.stats(c["metric"]).items()}
+        unusable = ev.unusable()
+        values = {k: s.mean for k, s in ev.stats(c["metric"]).items() if k not in unusable}
         if not values:
             return UNKNOWN, f"no {c['metric']} figure", {ev.group.label}
         lo, hi = min(values.values()), max(values.values())

@@ -1,4 +1,5 @@
-"""One evidence group as a grid of configurations (optimizer × strategy) with their metric values."""
+"""Evidence: choosing the one group an answer ranks, and that group as a grid of configurations (optimizer ×
+strategy) with their metric values, seeds and intervals, and which of them may be ranked at all."""
 
 from __future__ import annotations
 
@@ -8,13 +9,40 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
-from advisor.kb import Aggregate, CellRuns, Group, group_aggregates, group_cells
+from advisor.kb import Aggregate, Cell, Group, evidence_groups, group_aggregates, group_cells
 from advisor.rules import Rules
 
-Cell = CellRuns  # a configuration of the grid, with its runs' statuses
-
-
 CONFIDENCE = 0.95
+
+
+class NoEvidence(Exception):
+    """No evidence group holds runs for the question asked."""
+
+
+def select_group(
+    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None = None, model: str | None = None
+) -> tuple[Group, list[Group]]:
+    """The best evidence group for a family (rules: flowchart.evidence), and the others available."""
+    groups = evidence_groups(conn, family=family, source=source)
+    if not groups:
+        where = f" from source {source!r}" if source else ""
+        raise NoEvidence(
+            f"the knowledge base has no runs of the {family} family{where}. "
+            f"Measure some with `advisor measure`, or drop --source."
+        )
+    prefs = rules.flowchart["evidence"]
+
+    def rank(g: Group):
+        return (
+            g.model == model,
+            prefs["preset_rank"].get(g.preset, 1),
+            prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
+            g.n_seeds,
+            g.n_runs,
+        )
+
+    ordered = sorted(groups, key=rank, reverse=True)
+    return ordered[0], ordered[1:]
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,7 @@ class GroupEvidence:
         self._measures = {
             name: next((x for x in m.measures if x in aggregates), None) for name, m in rules.metrics.items()
         }
+        self._unusable: dict[tuple[str, str], str] | None = None
         self._stats: dict[str, dict[tuple[str, str], Stat]] = {}
         for metric, measure in self._measures.items():
             spec = rules.measures.get(measure) if measure else None
@@ -95,6 +124,27 @@ class GroupEvidence:
         if fam is None:
             return []
         return [(o, s) for o in fam.grid_optimizers for s in fam.grid_strategies if (o, s) not in self.cells]
+
+    def unusable(self) -> dict[tuple[str, str], str]:
+        """The one rule for which configurations may be ranked (recommend, frontier and claims alike): those
+        with an ok run that the divergence filter keeps. Every other one, with the reason."""
+        if self._unusable is not None:
+            return self._unusable
+        diverged = self.diverged()
+        out = {}
+        for key, cell in sorted(self.cells.items()):
+            if not cell.n_ok:
+                statuses = "/".join(f"{n} {s}" if n > 1 else s for s, n in sorted(cell.statuses.items()))
+                out[key] = statuses + (f": {sorted(cell.errors)[0]}" if cell.errors else "")
+            elif key in diverged:
+                out[key] = diverged[key]
+        self._unusable = out
+        return out
+
+    def usable(self) -> list[Cell]:
+        """The configurations that may be ranked, in name order."""
+        unusable = self.unusable()
+        return [c for k, c in sorted(self.cells.items()) if k not in unusable]
 
     def diverged(self) -> dict[tuple[str, str], str]:
         """Configurations the divergence filter finds unusable, with the reason (rules: flowchart.filters.divergence)."""

@@ -1,6 +1,5 @@
-"""Writing evidence into a KB: the paper's figures (CSV), exported runs (JSON), and the shipped-KB build.
-
-Every import is one transaction: a file with one bad row imports nothing.
+"""Reading evidence files: the paper's figures (CSV + setup.toml) and exported runs (JSON), parsed and
+checked into run dicts. A file with one bad row is refused whole; writing is `advisor.store`'s job.
 """
 
 from __future__ import annotations
@@ -8,14 +7,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 import tomllib
-from importlib import resources
 from pathlib import Path
 
 from advisor.rules import load_rules
-from advisor.schema import STATUSES, KBError, cell_key, open_kb
+from advisor.schema import STATUSES, KBError, cell_key
 
 FIGURE_COLUMNS = ("model", "optimizer", "strategy", "metric", "value", "unit")
 MAX_REPORTED_ERRORS = 10
@@ -23,10 +19,6 @@ MAX_REPORTED_ERRORS = 10
 
 class ImportRowsError(KBError):
     """An import file with bad rows; nothing was written."""
-
-
-def sources_dir() -> Path:
-    return Path(str(resources.files("advisor.shipped.kb"))) / "sources"
 
 
 def read_figures(path: Path, setup: dict) -> list[dict]:
@@ -167,111 +159,17 @@ def _raise_if(errors: list[str], path: Path) -> None:
         raise ImportRowsError(f"{path}: {len(errors)} bad row(s), nothing was imported: {shown}{more}.")
 
 
-def write_runs(db, runs: list[dict]) -> tuple[int, int]:
-    """Insert runs (with metrics and epochs) in one transaction; skip exact repeats. Returns (added, skipped)."""
-    added = skipped = 0
-    with db.atomic():
-        for run in runs:
-            if _already_stored(db, run):
-                skipped += 1
-                continue
-            insert_run(db, run)
-            added += 1
-    return added, skipped
-
-
-def insert_run(db, run: dict) -> int:
-    """Insert one run row plus its metrics and epochs (the caller owns the transaction)."""
-    row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id")}
-    row["software"] = json.dumps(row.get("software") or {}, sort_keys=True)
-    row["config"] = json.dumps(row.get("config") or {}, sort_keys=True)
-    if not row.get("cell_key"):
-        row["cell_key"] = cell_key(json.loads(row["config"]) | {"source": row["source"]})
-    cur = db.execute(
-        f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
-    )
-    run_id = cur.lastrowid
-    for m in run.get("metrics", []):
-        db.execute(
-            "INSERT INTO metrics (run_id, name, value, unit, certainty, note) VALUES (?, ?, ?, ?, ?, ?)",
-            [run_id, m["name"], m["value"], m["unit"], m.get("certainty") or "measured", m.get("note")],
-        )
-    for e in run.get("epochs", []):
-        e = {k: v for k, v in e.items() if k != "run_id"}
-        db.execute(
-            f"INSERT INTO epochs (run_id, {', '.join(e)}) VALUES (?, {', '.join('?' * len(e))})",
-            [run_id, *e.values()],
-        )
-    return run_id
-
-
-def _already_stored(db, run: dict) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM runs WHERE source = ? AND model = ? AND optimizer = ? AND strategy = ? AND preset = ? "
-        "AND hardware = ? AND seed IS ? AND started_at IS ? AND config = ?",
-        [
-            run["source"],
-            run["model"],
-            run["optimizer"],
-            run["strategy"],
-            run["preset"],
-            run["hardware"],
-            run.get("seed"),
-            run.get("started_at"),
-            json.dumps(run.get("config") or {}, sort_keys=True),
-        ],
-    ).fetchone()
-    return row is not None
-
-
-def import_file(db_path: Path, path: Path, setup_path: Path | None = None) -> tuple[int, int]:
-    """Import a figures CSV (with its setup.toml) or a runs JSON file into the KB at db_path."""
+def read_file(path: Path, setup_path: Path | None = None) -> list[dict]:
+    """The runs of a figures CSV (with its setup.toml: --setup, else the one beside it) or a runs JSON file."""
     path = Path(path)
     if not path.exists():
         raise KBError(f"no file at {path}.")
-    if path.suffix.lower() == ".csv":
-        setup_path = Path(setup_path) if setup_path else path.with_name("setup.toml")
-        if not setup_path.exists():
-            raise KBError(
-                f"a figures CSV needs its setup (hardware, hyperparameters): no {setup_path}. "
-                "Pass --setup with a setup.toml like kb/sources/paper-2608.08961/setup.toml."
-            )
-        runs = read_figures(path, tomllib.loads(setup_path.read_text()))
-    else:
-        runs = read_runs_json(path)
-    db = open_kb(db_path)
-    try:
-        return write_runs(db, runs)
-    finally:
-        db.close()
-
-
-def build_kb(out_path: Path, src: Path | None = None) -> dict:
-    """Build a KB from the versioned sources (every sub-folder's setup.toml + figures, every *.json), atomically."""
-    src = Path(src) if src else sources_dir()
-    out_path = Path(out_path)
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".sqlite", dir=out_path.parent)
-    os.close(fd)
-    os.unlink(tmp)
-    counts = {}
-    try:
-        db = open_kb(tmp)
-        for setup_path in sorted(src.glob("*/setup.toml")):
-            setup = tomllib.loads(setup_path.read_text())
-            counts[setup_path.parent.name] = write_runs(
-                db, read_figures(setup_path.parent / setup["figures"], setup)
-            )[0]
-        for runs_path in sorted(src.glob("*.json")):
-            counts[runs_path.name] = write_runs(db, read_runs_json(runs_path))[0]
-        db.execute(
-            "PRAGMA journal_mode = DELETE"
-        )  # one self-contained file, readable from a read-only folder
-        db.conn.commit()
-        db.execute("VACUUM")
-        db.close()
-        os.replace(tmp, out_path)
-    finally:
-        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
-    return counts
+    if path.suffix.lower() != ".csv":
+        return read_runs_json(path)
+    setup_path = Path(setup_path) if setup_path else path.with_name("setup.toml")
+    if not setup_path.exists():
+        raise KBError(
+            f"a figures CSV needs its setup (hardware, hyperparameters): no {setup_path}. "
+            "Pass --setup with a setup.toml like kb/sources/paper-2608.08961/setup.toml."
+        )
+    return read_figures(path, tomllib.loads(setup_path.read_text()))

@@ -68,8 +68,8 @@ class Group:
 
 
 @dataclass
-class CellRuns:
-    """The runs of one configuration (optimizer × strategy) in a group: how many, and how they ended."""
+class Cell:
+    """One configuration (optimizer × strategy) of a group: how many runs it has, and how they ended."""
 
     optimizer: str
     strategy: str
@@ -133,15 +133,15 @@ def _group_params(group: Group) -> list:
     return [group.source, group.hardware, group.preset, group.model, group.family]
 
 
-def group_cells(conn: sqlite3.Connection, group: Group) -> list[CellRuns]:
+def group_cells(conn: sqlite3.Connection, group: Group) -> list[Cell]:
     """Each configuration of a group with its run counts by status and the errors of runs that did not end ok."""
-    cells: dict[tuple[str, str], CellRuns] = {}
+    cells: dict[tuple[str, str], Cell] = {}
     for opt, strat, status, n in conn.execute(  # from the covering index runs_group
         f"SELECT optimizer, strategy, status, count(*) FROM runs r {GROUP_WHERE} "
         "GROUP BY optimizer, strategy, status ORDER BY optimizer, strategy, status",
         _group_params(group),
     ):
-        cells.setdefault((opt, strat), CellRuns(opt, strat)).statuses[status] = n
+        cells.setdefault((opt, strat), Cell(opt, strat)).statuses[status] = n
     for opt, strat, error in conn.execute(
         f"SELECT DISTINCT optimizer, strategy, error FROM runs r {GROUP_WHERE} AND status != 'ok' "
         "AND error IS NOT NULL ORDER BY error",
@@ -235,6 +235,7 @@ def stats(conn: sqlite3.Connection) -> dict:
     }
 
 
+# The columns `advisor kb runs` lists (and `kb export --format csv` repeats per figure, less the long ones).
 RUN_COLUMNS = (
     "id",
     "source",
@@ -304,7 +305,7 @@ def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
 __all__ = [
     "KBError",
     "Group",
-    "CellRuns",
+    "Cell",
     "evidence_groups",
     "group_cells",
     "open_for_reading",

@@ -46,6 +46,6 @@ def scatter(
     text.append(" " * y_width + " └" + "─" * width + "\n", style="dim")
     lo, hi = f"{x0:.4g}", f"{x1:.4g}"
     text.append(" " * (y_width + 2) + lo + hi.rjust(width - len(lo)) + "\n", style="dim")
-    text.append(f"{' ' * (y_width + 2)}x: {x_label}   y: {y_label}   ", style="dim")
-    text.append("bold = on the Pareto frontier", style="bold green")
+    text.append(f"{' ' * (y_width + 2)}x: {x_label}\n{' ' * (y_width + 2)}y: {y_label}\n", style="dim")
+    text.append(" " * (y_width + 2) + "bold = on the Pareto frontier", style="bold green")
     return text

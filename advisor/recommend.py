@@ -5,14 +5,11 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from advisor.evidence import Cell, GroupEvidence, Stat
-from advisor.kb import Group, evidence_groups, group_protocols, source_kind, validation
-from advisor.pareto import FrontierPoint, pareto_view
+from advisor.evidence import GroupEvidence, NoEvidence, Stat, select_group
+from advisor.frontier import frontier_points
+from advisor.kb import Cell, Group, group_protocols, source_kind, validation
+from advisor.pareto import FrontierPoint
 from advisor.rules import Metric, Rules, load_rules
-
-
-class NoEvidence(Exception):
-    """No evidence group holds runs for the question asked."""
 
 
 @dataclass(frozen=True)
@@ -114,32 +111,6 @@ class Answer:
         }
 
 
-def select_group(
-    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None = None, model: str | None = None
-) -> tuple[Group, list[Group]]:
-    """The best evidence group for a family (rules: flowchart.evidence), and the others available."""
-    groups = evidence_groups(conn, family=family, source=source)
-    if not groups:
-        where = f" from source {source!r}" if source else ""
-        raise NoEvidence(
-            f"the knowledge base has no runs of the {family} family{where}. "
-            f"Measure some with `advisor measure`, or drop --source."
-        )
-    prefs = rules.flowchart["evidence"]
-
-    def rank(g: Group):
-        return (
-            g.model == model,
-            prefs["preset_rank"].get(g.preset, 1),
-            prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
-            g.n_seeds,
-            g.n_runs,
-        )
-
-    ordered = sorted(groups, key=rank, reverse=True)
-    return ordered[0], ordered[1:]
-
-
 def recommend(
     conn: sqlite3.Connection,
     family: str,
@@ -175,10 +146,10 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     )
     candidates: list[tuple[Cell, Stat]] = []
     passed: list[Cell] = []  # every configuration no filter or constraint excluded
-    diverged = ev.diverged()
+    unusable = ev.unusable()
     for key, cell in sorted(ev.cells.items()):
         stat = ev.stat(cell, metric.name)
-        reason = _exclusion(ev, cell, diverged.get(key), constraints)
+        reason = unusable.get(key) or _exclusion(ev, cell, constraints)
         if reason:
             answer.excluded.append(_entry(ev, cell, metric, stat, reason=reason))
             continue
@@ -213,13 +184,8 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     return answer
 
 
-def _exclusion(ev: GroupEvidence, cell: Cell, diverged: str | None, c: Constraints) -> str | None:
-    """Why a configuration may not be recommended, or None."""
-    if not cell.n_ok:
-        statuses = "/".join(f"{n} {s}" if n > 1 else s for s, n in sorted(cell.statuses.items()))
-        return statuses + (f": {sorted(cell.errors)[0]}" if cell.errors else "")
-    if diverged:
-        return diverged
+def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints) -> str | None:
+    """Why the user's constraints exclude a usable configuration, or None."""
     if c.optimizers and cell.optimizer not in c.optimizers:
         return f"not in --optimizer {', '.join(c.optimizers)}"
     if cell.optimizer in c.exclude_optimizers:
@@ -334,13 +300,6 @@ def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
     if no_fig:
         parts.append(f"{no_fig} without a {metric.name} figure")
     return "nothing qualifies: " + "; ".join(parts) + "."
-
-
-def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> list[FrontierPoint]:
-    """The x-vs-y Pareto view of the given configurations (those with both figures)."""
-    stats = [(c, ev.stat(c, x), ev.stat(c, y)) for c in cells]
-    items = [(c.optimizer, c.strategy, sx.mean, sy.mean, sx.ci, sy.ci) for c, sx, sy in stats if sx and sy]
-    return pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)
 
 
 def matching_caveats(rules: Rules, group: Group, metric: str, pick: Entry | None) -> list[str]:

@@ -10,10 +10,11 @@ from rich.text import Text
 from rich.tree import Tree
 
 from advisor.flowchart import BestPath
+from advisor.kb import RUN_COLUMNS
 from advisor.pareto import FrontierPoint
 from advisor.plot import point_labels, scatter
 from advisor.recommend import Answer, Entry
-from advisor.rules import Rules
+from advisor.rules import Metric, Rules
 
 
 def fmt(value: float | None, unit: str = "") -> str:
@@ -168,8 +169,14 @@ def frontier_view(
         table.add_row(
             label, p.optimizer, p.strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
         )
-    plot = scatter(points, x_label=f"{x} ({xm.direction})", y_label=f"{y} ({ym.direction})")
+    plot = scatter(points, x_label=axis_label(xm), y_label=axis_label(ym))
     return RGroup(table, plot)
+
+
+def axis_label(metric: Metric) -> str:
+    """'time, s/epoch (lower is better)': the unit and the direction, never a bare 'min' read as minutes."""
+    unit = f", {metric.unit}" if metric.unit else ""
+    return f"{metric.name}{unit} ({'lower' if metric.direction == 'min' else 'higher'} is better)"
 
 
 def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
@@ -233,18 +240,7 @@ def stats_view(stats: dict, path: str) -> RenderableType:
 
 def runs_view(runs: list[dict]) -> Table:
     table = Table(show_edge=False, pad_edge=False)
-    cols = (
-        "id",
-        "source",
-        "model",
-        "family",
-        "optimizer",
-        "strategy",
-        "preset",
-        "seed",
-        "hardware",
-        "status",
-    )
+    cols = [c for c in RUN_COLUMNS if c not in ("device", "error", "started_at", "finished_at")]
     for col in cols:
         table.add_column(col)
     for r in runs:

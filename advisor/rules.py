@@ -21,10 +21,6 @@ class Metric:
     label: str
     measures: tuple[str, ...]
 
-    def better(self, a: float, b: float) -> bool:
-        """True when value a is strictly better than b for this metric."""
-        return a < b if self.direction == "min" else a > b
-
     def best(self, values):
         return min(values) if self.direction == "min" else max(values)
 
@@ -47,6 +43,7 @@ class Family:
     grid_optimizers: tuple[str, ...]
     grid_strategies: tuple[str, ...]
     model_types: tuple[str, ...]
+    module: str | None = None  # the measurement side's module for the family (measure.families.<name>)
 
 
 @dataclass(frozen=True)
@@ -58,6 +55,7 @@ class Rules:
     caveats: list[dict]
     optimizers: tuple[str, ...]
     strategies: tuple[str, ...]
+    presets: tuple[str, ...]
 
     def family(self, name: str) -> Family:
         """The family named by a family name, an alias or a reference model name (case-insensitive)."""
@@ -69,6 +67,10 @@ class Rules:
 
     def family_choices(self) -> list[str]:
         return [n for f in self.families.values() for n in (f.name, *f.aliases)]
+
+    def reference_models(self) -> dict[str, str]:
+        """Reference model name ('vit') -> family name ('vision')."""
+        return {f.reference_model: f.name for f in self.families.values()}
 
     def family_of_model_type(self, model_type: str) -> Family | None:
         for fam in self.families.values():
@@ -105,18 +107,7 @@ def load_rules(directory: str | None = None) -> Rules:
         if unknown:
             raise RulesError(f"metric {name} reads undefined measures: {', '.join(unknown)}")
         metrics[name] = metric
-    families = {
-        name: Family(
-            name=name,
-            aliases=tuple(f.get("aliases", ())),
-            reference_model=f["reference_model"],
-            description=f.get("description", ""),
-            grid_optimizers=tuple(f["grid_optimizers"]),
-            grid_strategies=tuple(f["grid_strategies"]),
-            model_types=tuple(f.get("model_types", ())),
-        )
-        for name, f in raw["families"].get("families", {}).items()
-    }
+    families = _families(raw["families"])
     flowchart = raw["flowchart"]
     missing = [m for m in flowchart.get("metrics", []) if m not in metrics]
     if missing:
@@ -130,7 +121,35 @@ def load_rules(directory: str | None = None) -> Rules:
         caveats=raw["caveats"].get("caveats", []),
         optimizers=tuple(raw["families"]["optimizers"]),
         strategies=tuple(raw["families"]["strategies"]),
+        presets=tuple(raw["families"]["presets"]),
     )
+
+
+def _families(raw: dict) -> dict[str, Family]:
+    """Families of families.toml; the grid defaults to the file's top-level grid_optimizers/strategies."""
+    out = {}
+    for name, f in raw.get("families", {}).items():
+        try:
+            out[name] = Family(
+                name=name,
+                aliases=tuple(f.get("aliases", ())),
+                reference_model=f.get("reference_model", name),
+                description=f.get("description", ""),
+                grid_optimizers=tuple(f.get("grid_optimizers", raw["grid_optimizers"])),
+                grid_strategies=tuple(f.get("grid_strategies", raw["grid_strategies"])),
+                model_types=tuple(f.get("model_types", ())),
+                module=f.get("module"),
+            )
+        except KeyError as e:
+            raise RulesError(
+                f"families.toml: family {name} needs {e.args[0]} (or a top-level default)"
+            ) from e
+    for fam in out.values():
+        unknown = [o for o in fam.grid_optimizers if o not in raw["optimizers"]]
+        unknown += [s for s in fam.grid_strategies if s not in raw["strategies"]]
+        if unknown:
+            raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")
+    return out
 
 
 def _read(path: Path) -> dict:

@@ -1,8 +1,8 @@
-"""The knowledge-base schema, defined once as append-only migrations, and the two ways to open a KB.
+"""The knowledge-base schema, defined once as append-only migrations, and opening a KB for reading.
 
-Both sides share this module: `measure` writes through `open_kb` (sqlite-utils, migrations applied,
-WAL), the answer side reads through `connect_readonly` (stdlib sqlite3 only: `import sqlite_utils`
-pulls pandas, which would cost the answer side half a second).
+Writers open a KB through `advisor.store.open_kb`, which applies these migrations; the answer side reads
+through `connect_readonly` (stdlib sqlite3 only: `import sqlite_utils` pulls pandas, which would cost
+the answer side half a second). The checks that refuse a file which is not a usable KB serve both.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import time
 from pathlib import Path
 
 MIGRATION_SET = "advisor"
@@ -109,6 +108,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN protocol TEXT;
         """,
     ),
+    (
+        "0005_epoch_device_memory",
+        """
+        -- NVML's memory used on the device (every process, the CUDA context included), peak of the epoch, GB
+        ALTER TABLE epochs ADD COLUMN gpu_device_mem_gb REAL;
+        """,
+    ),
 ]
 KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
 
@@ -123,74 +129,8 @@ class KBError(Exception):
     """A knowledge base that cannot be used, with a sentence that says what to do."""
 
 
-def open_kb(path: str | Path):
-    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout. Returns a sqlite-utils Database."""
-    from sqlite_utils import Database
-    from sqlite_utils.migrations import Migrations
-
-    path = Path(path)
-    if path.exists():
-        _check_readable(path)
-        ro = _connect_ro(path)  # refuse a newer KB before any pragma writes to it
-        try:
-            _check_not_newer(ro, path)
-        finally:
-            ro.close()
-    elif not path.parent.exists():
-        raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
-    try:
-        db = Database(path)
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _use_wal(db.conn)
-        db.execute("PRAGMA foreign_keys = ON")
-        _check_not_newer(db.conn, path)
-        migrations = Migrations(MIGRATION_SET)
-        for name, sql in MIGRATIONS:
-            migrations(name=name)(_sql_migration(sql))
-        if migrations.pending(db):
-            _apply_exclusively(db, migrations)
-    except sqlite3.OperationalError as e:
-        raise KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.") from e
-    except sqlite3.DatabaseError as e:
-        raise _corrupt(path, e) from e
-    return db
-
-
-def _use_wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL (persistent), retrying: SQLite answers a concurrent switch with 'database is locked' at
-    once, without waiting for the busy timeout, when another process is opening the same new file."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _apply_exclusively(db, migrations) -> None:
-    """Apply pending migrations holding the write lock, so that two processes opening a new KB at once do
-    not both create its tables: the second waits (busy timeout), then finds nothing pending."""
-    db.conn.execute("BEGIN IMMEDIATE")
-    try:
-        migrations.apply(db)  # nested: sqlite-utils uses savepoints inside an open transaction
-    except BaseException:
-        db.conn.execute("ROLLBACK")
-        raise
-    db.conn.execute("COMMIT")
-
-
-def _sql_migration(sql: str):
-    def migrate(db) -> None:
-        for statement in _statements(sql):
-            db.execute(statement)
-
-    return migrate
-
-
-def _statements(sql: str) -> list[str]:
-    """Split a script into statements (executescript would commit the migration's transaction)."""
+def statements(sql: str) -> list[str]:
+    """Split a migration script into statements (executescript would commit the migration's transaction)."""
     out, pending = [], ""
     for line in sql.splitlines(keepends=True):
         pending += line
@@ -205,10 +145,10 @@ def _statements(sql: str) -> list[str]:
 def connect_readonly(path: str | Path) -> sqlite3.Connection:
     """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema."""
     path = Path(path)
-    _check_readable(path)
-    conn = _connect_ro(path)
-    _check_not_newer(conn, path)
-    applied = _applied(conn)
+    check_readable(path)
+    conn = connect_ro(path)
+    refuse_newer(conn, path)
+    applied = applied_migrations(conn)
     if not applied:
         raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
     missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
@@ -221,7 +161,8 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-def _connect_ro(path: Path) -> sqlite3.Connection:
+def connect_ro(path: Path) -> sqlite3.Connection:
+    """A read-only connection that has read the schema page (so a corrupt file fails here, with a sentence)."""
     uri = path.resolve().as_uri()
     try:
         conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
@@ -232,18 +173,19 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
         if "unable to open" not in str(e):
             raise KBError(f"cannot read {path}: {e}.") from e
     except sqlite3.DatabaseError as e:
-        raise _corrupt(path, e) from e
+        raise corrupt_error(path, e) from e
     # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite
     # cannot create the -shm file, so read the file as immutable instead.
     conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as e:
-        raise _corrupt(path, e) from e
+        raise corrupt_error(path, e) from e
     return conn
 
 
-def _check_readable(path: Path) -> None:
+def check_readable(path: Path) -> None:
+    """Refuse, with a sentence, a path that is missing, a folder, unreadable or not an SQLite file."""
     if not path.exists():
         raise KBError(
             f"no knowledge base at {path}. Pass --db with an existing file, or build one with `advisor kb build`."
@@ -258,13 +200,14 @@ def _check_readable(path: Path) -> None:
         raise KBError(f"{path} is not an SQLite file, so not a knowledge base. Pass --db with an advisor KB.")
 
 
-def _corrupt(path: Path, e: Exception) -> KBError:
+def corrupt_error(path: Path, e: Exception) -> KBError:
     return KBError(
         f"{path} is corrupt or truncated ({e}). Rebuild it with `advisor kb build`, or restore it from a copy."
     )
 
 
-def _applied(conn: sqlite3.Connection) -> list[str]:
+def applied_migrations(conn: sqlite3.Connection) -> list[str]:
+    """The names of the advisor migrations a KB has, in order ([] for a file that is not an advisor KB)."""
     try:
         has_table = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [MIGRATIONS_TABLE]
@@ -279,8 +222,8 @@ def _applied(conn: sqlite3.Connection) -> list[str]:
         raise KBError(f"cannot read the schema of the knowledge base: {e}.") from e
 
 
-def _check_not_newer(conn: sqlite3.Connection, path: Path) -> None:
-    unknown = [m for m in _applied(conn) if m not in KNOWN_MIGRATIONS]
+def refuse_newer(conn: sqlite3.Connection, path: Path) -> None:
+    unknown = [m for m in applied_migrations(conn) if m not in KNOWN_MIGRATIONS]
     if unknown:
         raise KBError(
             f"{path} was written by a newer advisor (schema has {', '.join(unknown)}). "

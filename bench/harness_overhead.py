@@ -16,29 +16,18 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from measure.config import RunConfig
-from measure.data import IGNORE, batches, load
-from measure.models import build_model
+from measure.data import batches, load
 from measure.monitor import Monitor
-from measure.optimizers import make_optimizer
-from measure.runner import Reporter, _Trainer, _warmup
 from measure.strategies import to_device
+from measure.trainer import Trainer
 
 
 def bare_step(model, optimizer, family, batch):
-    """What a user writes without the harness: mean cross-entropy of one batch."""
+    """What a user writes without the harness: the mean cross-entropy of one batch, backward, step."""
     optimizer.zero_grad(set_to_none=True)
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "n_targets")}
-    logits = model(**inputs).logits
-    labels = batch["labels"]
-    if family == "vision":
-        loss = F.cross_entropy(logits, labels)
-    elif family == "encoder":
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
-    else:
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=IGNORE)
+    loss = family.summed_loss(model, batch) / batch["n_targets"]
     loss.backward()
     optimizer.step()
     return loss.item()
@@ -59,23 +48,27 @@ def main():
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
-    cfg = RunConfig(model=args.model, preset=args.preset, optimizer=args.optimizer, device="cpu").resolved()
-    built = build_model(cfg.model, cfg.preset, seed=0)
-    model, device = built.model, torch.device("cpu")
-    dataset, _ = load(built.family, built.shape, args.steps * cfg.batch_size, 0)
-    micro = list(batches(dataset, built.family, cfg.batch_size, 0, 0))
-    tensors = [to_device(b, device) for b in micro]
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-    trainer = _Trainer(cfg, None, 0, Reporter(), {})
-    trainer.model, trainer.optimizer, trainer.family, trainer.device = model, optimizer, built.family, device
-    trainer.scheduler = _warmup(optimizer, 0.0, 1)
-    trainer.cfg = RunConfig(divergence_factor=1e9, warmup_steps=0)  # no step stops the bench
+    # no step stops the bench (divergence), and every step is timed (no warm-up steps)
+    cfg = RunConfig(
+        model=args.model,
+        preset=args.preset,
+        optimizer=args.optimizer,
+        device="cpu",
+        divergence_factor=1e9,
+        warmup_steps=0,
+    ).resolved()
+    trainer = Trainer(cfg)
+    trainer.setup()
+    model, optimizer, family = trainer.model, trainer.optimizer, trainer.family
+    dataset, _ = load(family, trainer.built.shape, args.steps * cfg.batch_size, 0)
+    micro = list(batches(dataset, family, cfg.batch_size, 0, 0))
+    tensors = [to_device(b, torch.device("cpu")) for b in micro]
 
     def harness(i):
         trainer.step([micro[i % len(micro)]])
 
     def bare(i):
-        bare_step(model, optimizer, built.family, tensors[i % len(tensors)])
+        bare_step(model, optimizer, family, tensors[i % len(tensors)])
 
     for fn in (bare, harness):  # warm-up
         timed(fn, 2)

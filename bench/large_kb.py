@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.schema import cell_key, open_kb
+from advisor import store
+from advisor.schema import cell_key
 
 FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
 OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]
@@ -25,48 +26,43 @@ STRATEGIES = ["standard", "checkpointing", "accumulation", "checkpointing+accumu
 
 
 def generate(path: Path, n_runs: int, families: list[str], machines: int) -> None:
+    """n_runs ok runs with four figures each, written through the store as any import is."""
     rng = random.Random(0)
-    db = open_kb(path)
+    conn = store.open_kb(path)
     cells = [
         (f, m, o, s) for f in families for m in range(machines) for o in OPTIMIZERS for s in set(STRATEGIES)
     ]
-    runs, metrics = [], []
-    for i in range(n_runs):
-        family, machine, opt, strat = cells[i % len(cells)]
-        key = cell_key({"family": family, "machine": machine, "optimizer": opt, "strategy": strat})
-        runs.append(
-            (
-                i + 1,
-                key,
-                "measured",
-                FAMILIES[family],
-                family,
-                opt,
-                strat,
-                "small",
-                i // len(cells),
-                f"bench machine {machine}",
-                "cpu",
-                24.0,
-                "ok",
+    with store.transaction(conn):
+        for i in range(n_runs):
+            family, machine, opt, strat = cells[i % len(cells)]
+            base = 1 + OPTIMIZERS.index(opt) * 0.1
+            figures = (
+                ("loss", base * rng.uniform(0.9, 1.1), ""),
+                ("epoch_time", rng.uniform(1, 3), "s"),
+                ("peak_rss_gb", rng.uniform(1, 2), "GB"),
+                ("cpu_util", rng.uniform(50, 99), "%"),
             )
-        )
-        base = 1 + OPTIMIZERS.index(opt) * 0.1
-        for name, value, unit in (
-            ("loss", base * rng.uniform(0.9, 1.1), ""),
-            ("epoch_time", rng.uniform(1, 3), "s"),
-            ("peak_rss_gb", rng.uniform(1, 2), "GB"),
-            ("cpu_util", rng.uniform(50, 99), "%"),
-        ):
-            metrics.append((i + 1, name, value, unit))
-    with db.atomic():
-        db.conn.executemany(
-            "INSERT INTO runs (id, cell_key, source, model, family, optimizer, strategy, preset, seed, hardware, "
-            "device, host_memory_gb, status) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            runs,
-        )
-        db.conn.executemany("INSERT INTO metrics (run_id, name, value, unit) VALUES (?,?,?,?)", metrics)
-    db.close()
+            store.insert_run(
+                conn,
+                dict(
+                    cell_key=cell_key(
+                        {"family": family, "machine": machine, "optimizer": opt, "strategy": strat}
+                    ),
+                    source="measured",
+                    model=FAMILIES[family],
+                    family=family,
+                    optimizer=opt,
+                    strategy=strat,
+                    preset="small",
+                    seed=i // len(cells),
+                    hardware=f"bench machine {machine}",
+                    device="cpu",
+                    host_memory_gb=24.0,
+                    status="ok",
+                    metrics=[dict(name=n, value=v, unit=u) for n, v, u in figures],
+                ),
+            )
+    conn.close()
 
 
 def median_wall(cmd: list[str], rounds: int) -> float:

@@ -1,5 +1,5 @@
-"""Training data per family, following the paper: image classification (vision), masked LM (encoder),
-causal LM (decoder), captioning (vlm).
+"""Training data: raw MM-IMDb-like examples (plot, genre, poster, caption) that each family encodes for its
+task (`measure.families`), and the seeded micro-batches of an epoch.
 
 The paper's MM-IMDb is loaded through `datasets` when the hub can be reached; offline (always in tests
 and CI), a deterministic MM-IMDb-like corpus is generated from the seed: movie plots as byte-level text,
@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from measure.models import BOS, EOS, MASK, PAD, Shape
+from measure import tokenizer
+from measure.tokenizer import BOS, EOS
 
 MMIMDB = "pranavmr/MM-IMDb"
 GENRES = [
@@ -70,8 +71,6 @@ WORDS = {
     "what": ["a secret", "an old friend", "the truth", "a stranger", "the treasure", "a killer", "the past"],
     "where": ["in Paris", "at sea", "in a small town", "during the war", "on the moon", "in the desert"],
 }
-MASK_RATE = 0.15  # the masked-LM convention (BERT, ModernBERT)
-IGNORE = -100  # label of positions without a target
 
 
 def offline() -> bool:
@@ -81,8 +80,9 @@ def offline() -> bool:
 _hub_failed = False  # one failed attempt per process: the hub's retries cost ~20 s each
 
 
-def load(family: str, shape: Shape, n_samples: int, seed: int):
-    """A `datasets.Dataset` of n_samples training examples for the family, shuffled by the seed.
+def load(family, shape, n_samples: int, seed: int):
+    """A `datasets.Dataset` of n_samples training examples encoded by the family (a `measure.families.Family`),
+    shuffled by the seed.
 
     Returns (dataset, name of the data source) so that the run can record which data it trained on.
     """
@@ -97,7 +97,7 @@ def load(family: str, shape: Shape, n_samples: int, seed: int):
         source = MMIMDB if raw is not None else source
     if raw is None:
         raw = datasets.Dataset.from_dict(_generated(n_samples, seed))
-    encoded = raw.map(lambda ex: _encode(family, shape, ex), remove_columns=raw.column_names)
+    encoded = raw.map(lambda ex: family.encode(shape, ex), remove_columns=raw.column_names)
     return encoded.shuffle(seed=seed).with_format("numpy"), source
 
 
@@ -156,27 +156,20 @@ def poster(label: int, poster_seed: int, size: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8).transpose(2, 0, 1)
 
 
-def _encode(family: str, shape: Shape, ex: dict) -> dict:
-    if family in ("vision", "vlm"):
-        img = ex["poster"]
-        pixels = (
-            poster(ex["label"], img, shape.image_size)
-            if isinstance(img, int)
-            else _resize(img, shape.image_size)
-        )
-        if family == "vision":
-            return {"pixels": pixels, "label": ex["label"] % shape.num_labels}
-        caption = _bytes(ex["caption"])[: shape.seq_len - 1]
-        ids = [shape.image_token_id] * shape.image_tokens + [BOS] + caption
-        labels = [IGNORE] * (shape.image_tokens + 1) + caption  # loss on caption tokens only
-        return {"pixels": pixels, "ids": ids, "labels": labels}
-    length = int(ex.get("keep", 1.0) * (shape.seq_len - 2))
-    ids = [BOS] + _bytes(ex["plot"])[: max(1, length)] + [EOS]
-    return {"ids": ids}
+def image(example: dict, size: int) -> np.ndarray:
+    """An example's poster as (3, size, size) uint8: drawn from its seed (generated) or resized (MM-IMDb)."""
+    img = example["poster"]
+    return poster(example["label"], img, size) if isinstance(img, int) else _resize(img, size)
 
 
-def _bytes(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
+def plot_ids(example: dict, seq_len: int) -> list[int]:
+    """BOS, the plot's bytes cut to the example's share of seq_len (documents of varied length), EOS."""
+    length = int(example.get("keep", 1.0) * (seq_len - 2))
+    return [BOS] + tokenizer.encode(example["plot"])[: max(1, length)] + [EOS]
+
+
+def caption_ids(example: dict) -> list[int]:
+    return tokenizer.encode(example["caption"])
 
 
 def _resize(img: np.ndarray, size: int) -> np.ndarray:
@@ -186,54 +179,9 @@ def _resize(img: np.ndarray, size: int) -> np.ndarray:
     return img[ys][:, xs].transpose(2, 0, 1)
 
 
-def batches(dataset, family: str, batch_size: int, seed: int, epoch: int) -> Iterator[dict]:
-    """Micro-batches of an epoch, reshuffled per (seed, epoch), as numpy arrays with their target count."""
+def batches(dataset, family, batch_size: int, seed: int, epoch: int) -> Iterator[dict]:
+    """Micro-batches of an epoch, reshuffled per (seed, epoch), collated by the family, with their target count."""
     order = np.random.default_rng([seed, epoch]).permutation(len(dataset))
     for start in range(0, len(order) - batch_size + 1, batch_size):
         rows = dataset[order[start : start + batch_size]]
-        yield collate(family, rows, np.random.default_rng([seed, epoch, start]))
-
-
-def collate(family: str, rows: dict, rng: np.random.Generator) -> dict:
-    """Pad, mask and label one micro-batch. `n_targets` counts the positions the loss is summed over."""
-    if family == "vision":
-        return {
-            "pixel_values": _pixels(rows["pixels"]),
-            "labels": np.asarray(rows["label"], dtype=np.int64),
-            "n_targets": len(rows["label"]),
-        }
-    ids = _pad(rows["ids"], PAD)
-    mask = (ids != PAD).astype(np.int64)
-    if family == "encoder":
-        chosen = (rng.random(ids.shape) < MASK_RATE) & (ids != PAD) & (ids != BOS) & (ids != EOS)
-        chosen[np.arange(len(ids)), 1] = True  # at least one target per sample
-        labels = np.where(chosen, ids, IGNORE)
-        ids = np.where(chosen, MASK, ids)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": int(chosen.sum())}
-    if family == "decoder":
-        labels = np.where(mask == 1, ids, IGNORE)
-        return {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "labels": labels,
-            "n_targets": int((labels[:, 1:] != IGNORE).sum()),
-        }  # next-token targets
-    labels = _pad(rows["labels"], IGNORE)
-    return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "labels": labels,
-        "pixel_values": _pixels(rows["pixels"])[:, None],  # (batch, images=1, 3, H, W)
-        "n_targets": int((labels[:, 1:] != IGNORE).sum()),
-    }
-
-
-def _pad(seqs, value: int) -> np.ndarray:
-    seqs = [list(s) for s in seqs]
-    width = max(len(s) for s in seqs)
-    return np.array([s + [value] * (width - len(s)) for s in seqs], dtype=np.int64)
-
-
-def _pixels(images) -> np.ndarray:
-    """uint8 (batch, 3, H, W) to float32 in [-1, 1], the ViT/SigLIP normalisation."""
-    return np.stack(list(images)).astype(np.float32) / 127.5 - 1.0
+        yield family.collate(rows, np.random.default_rng([seed, epoch, start]))

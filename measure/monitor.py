@@ -1,6 +1,6 @@
 """Resource monitor: a background thread samples the machine about every 100 ms.
 
-NVML (nvidia-ml-py) gives GPU utilization, memory, power and the energy counter where present; psutil
+NVML (nvidia-ml-py) gives GPU utilization, device memory and the energy counter where present; psutil
 gives the process's RSS (children included) and CPU use. What this machine cannot measure stays None and
 is stored as NULL, never as zero.
 """
@@ -21,8 +21,7 @@ class Sample:
     rss_gb: float
     cpu_percent: float | None  # % of one core, since the previous sample
     gpu_util: float | None = None
-    gpu_mem_gb: float | None = None
-    power_w: float | None = None
+    gpu_mem_gb: float | None = None  # NVML: memory used on the device, by every process
     energy_j: float | None = None  # NVML's cumulative counter (mJ → J)
 
 
@@ -59,7 +58,6 @@ class _Nvml:
         for key, fn in (
             ("gpu_util", lambda h: self.nv.nvmlDeviceGetUtilizationRates(h).gpu),
             ("gpu_mem_gb", lambda h: self.nv.nvmlDeviceGetMemoryInfo(h).used / 1e9),
-            ("power_w", lambda h: self.nv.nvmlDeviceGetPowerUsage(h) / 1e3),
             ("energy_j", lambda h: self.nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3),
         ):
             try:
@@ -83,10 +81,6 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self._nvml = _Nvml()
         self._lock = threading.Lock()
-
-    @property
-    def has_gpu(self) -> bool:
-        return self._nvml.handle is not None
 
     def __enter__(self) -> Monitor:
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure

@@ -1,4 +1,5 @@
-"""Rich progress for `advisor measure`: the grid (cells done/total, ETA) and the cell (steps, live loss)."""
+"""Progress of `advisor measure`: the callbacks the runner and trainer make (`Reporter`, silent), and the
+rich bars for a terminal: the grid (cells done/total, ETA) and the cell (steps, live loss)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from measure.runner import CellResult, Reporter
+
+class Reporter:
+    """Progress callbacks; the silent default. The CLI passes a rich one."""
+
+    def grid_start(self, total: int) -> None: ...
+    def cell_start(self, config, total_steps: int) -> None: ...
+    def step(self, loss: float) -> None: ...
+    def cell_end(self, result) -> None: ...
+
 
 STATUS_STYLE = {
     "ok": "green",
@@ -59,7 +68,7 @@ class RichReporter(Reporter):
     def step(self, loss: float) -> None:
         self.progress.update(self.cell_task, advance=1, info=f"loss {loss:.4g}")
 
-    def cell_end(self, result: CellResult) -> None:
+    def cell_end(self, result) -> None:
         style = STATUS_STYLE.get(result.status, "")
         loss = f" loss {result.loss:.4g}" if result.loss is not None else ""
         self.progress.update(self.grid_task, advance=1, info=f"last: [{style}]{result.status}[/]{loss}")
@@ -67,7 +76,8 @@ class RichReporter(Reporter):
             self.console.print(f"[{style}]{result.config.label}: {result.status}[/] — {result.error}")
 
 
-def summary_table(results: list[CellResult]) -> Table:
+def summary_table(results: list) -> Table:
+    """The grid's cells (runner.CellResult) with their status, loss, epoch time and memory peak."""
     table = Table(title="advisor measure", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("model", "optimizer", "strategy", "seed", "status", "loss", "s/epoch", "peak GB"):
         table.add_column(col, justify="right" if col in ("seed", "loss", "s/epoch", "peak GB") else "left")

@@ -1,34 +1,27 @@
-"""The grid runner: every cell (model × optimizer × strategy × seed) trained, monitored and written to the KB.
+"""The grid: which cells to run (`plan_grid`), and each cell claimed in the KB, trained, classified and
+recorded (`run_cell`).
 
 A cell never stops the grid: out-of-memory, divergence and exceptions end that cell with status `oom`,
 `diverged` or `failed` and the grid goes on. Cells already `ok`, `oom` or `diverged` on this hardware are
 skipped (a re-run would repeat the outcome); `failed` ones are run again, and runs left `running` by a
-process that died are marked `crashed` and run again.
+process that died are marked `crashed` and run again. `train_cell` is the part that needs no KB: a remote
+worker can call it and hand back its outcome.
 """
 
 from __future__ import annotations
 
-import ctypes
-import gc
-import math
-import statistics
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from advisor import store
 from advisor.schema import cell_key
-from measure import record
 from measure.config import RunConfig
-from measure.hardware import describe, resolve_device
+from measure.hardware import describe, owner, owner_alive, resolve_device
+from measure.progress import Reporter
+from measure.trainer import Diverged, OutOfMemory, Trainer
 
-
-class Diverged(Exception):
-    """The loss became NaN/inf or exploded."""
-
-
-class OutOfMemory(Exception):
-    """An allocation failed (CUDA or host) or the memory cap was crossed."""
+SOURCE = "measured"
 
 
 @dataclass
@@ -57,13 +50,27 @@ class CellResult:
         }
 
 
-class Reporter:
-    """Progress callbacks; the silent default. The CLI passes a rich one."""
+@dataclass
+class CellOutcome:
+    """What training one cell produced, wherever it ran: status, run-level figures, epoch rows."""
 
-    def grid_start(self, total: int) -> None: ...
-    def cell_start(self, config: RunConfig, total_steps: int) -> None: ...
-    def step(self, loss: float) -> None: ...
-    def cell_end(self, result: CellResult) -> None: ...
+    status: str
+    error: str | None
+    metrics: list[tuple[str, float, str]]
+    epochs: list[dict] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C: recorded as crashed, then re-raised by the caller
+
+    @property
+    def figures(self) -> dict[str, float]:
+        return {name: value for name, value, _ in self.metrics}
+
+
+class PlanError(ValueError):
+    """A grid that cannot run as asked; `param` names the flag to fix."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -95,25 +102,78 @@ def grid(
     ]
 
 
-def run_grid(configs: list[RunConfig], db_path: Path, reporter: Reporter | None = None) -> list[CellResult]:
+def plan_grid(
+    models: Iterable[str],
+    optimizers: Iterable[str] = (),
+    strategies: Iterable[str] = (),
+    seeds: int = 1,
+    base: RunConfig | None = None,
+    rules=None,
+) -> list[RunConfig]:
+    """The cells `advisor measure` runs: each model ('all' = every family's reference model) × the
+    optimizers and strategies asked for (default: its family's grid in rules/families.toml) × seeds.
+
+    Raises PlanError for names the rules do not know or an epoch that accumulation cannot divide, and
+    ModelNotResolved for a model whose family cannot be found offline."""
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
+    from measure.strategies import window_size
+
+    rules, base = rules or load_rules(), base or RunConfig()
+    optimizers, strategies = list(optimizers), list(strategies)
+    _check_names(rules, optimizers, strategies)
+    names = [m for name in models for m in (rules.reference_models() if name == "all" else [name])]
+    families = {name: resolve_model(name, rules).family for name in names}
+    configs = grid(
+        names,
+        {n: optimizers or list(families[n].grid_optimizers) for n in names},
+        {n: strategies or list(families[n].grid_strategies) for n in names},
+        range(seeds),
+        base,
+    )
+    for cfg in configs:
+        r = cfg.resolved()
+        if r.steps_per_epoch % window_size(r.strategy, r.accumulation_steps):
+            raise PlanError(
+                f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
+                f"{r.accumulation_steps}: accumulation would drop micro-batches.",
+                "--steps-per-epoch",
+            )
+    return configs
+
+
+def _check_names(rules, optimizers: list[str], strategies: list[str]) -> None:
+    for names, known, flag in (
+        (optimizers, rules.optimizers, "optimizer"),
+        (strategies, rules.strategies, "strategy"),
+    ):
+        for name in names:
+            if name not in known:
+                raise PlanError(f"unknown {flag} {name!r}. Choose from: {', '.join(known)}.", f"--{flag}")
+
+
+def run_grid(
+    configs: list[RunConfig], db_path: Path, reporter: Reporter | None = None, rules=None
+) -> list[CellResult]:
+    """Every cell in order, into the KB at db_path (created if needed)."""
     reporter = reporter or Reporter()
-    conn = record.connect(db_path)
-    record.mark_crashed(conn)
+    conn = store.open_kb(db_path)
+    store.mark_crashed(conn, owner_alive)
     reporter.grid_start(len(configs))
     results = []
-    for cfg in configs:
-        result = run_cell(cfg, conn, reporter)
-        results.append(result)
-        reporter.cell_end(result)
-    conn.close()
+    try:
+        for cfg in configs:
+            result = run_cell(cfg, conn, reporter, rules)
+            results.append(result)
+            reporter.cell_end(result)
+    finally:
+        conn.close()
     return results
 
 
-def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None) -> CellResult:
-    """Train one cell and record it; never raises for a failure of the cell itself."""
-    import torch
-
-    reporter = reporter or Reporter()
+def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None) -> CellResult:
+    """Claim one cell in the KB, train it, record every epoch and the outcome; never raises for a failure of
+    the cell itself (Ctrl-C is recorded as crashed, then re-raised)."""
     protocol = cfg.protocol()
     cfg = cfg.resolved()
     try:
@@ -121,291 +181,73 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None) -> CellResu
     except ValueError as e:
         return CellResult(cfg, "failed", error=str(e))
     cfg = replace(cfg, device=device)
-    machine = describe(device)
-    key = cell_key(cfg.as_dict())
-    from measure.models import REFERENCE_MODELS
-
-    family = REFERENCE_MODELS.get(cfg.model) or _family_of(cfg.model)
-    run = {
-        "model": cfg.model,
-        "family": family,
-        "optimizer": cfg.optimizer,
-        "strategy": cfg.strategy,
-        "preset": cfg.preset if cfg.model in REFERENCE_MODELS else "custom",
-        "config": cfg.as_dict(),
-        "protocol": protocol,
-        **machine,
-    }
-    run_id, taken = record.claim(conn, key, cfg.seed, run)
+    run = cell_run(cfg, protocol, describe(device), rules)
+    run_id, taken = store.claim_run(conn, run, owner_alive)
     if run_id is None:
         return CellResult(cfg, "skipped", error=f"already {taken} in this KB for this hardware")
-    trainer = _Trainer(cfg, conn, run_id, reporter, run["config"])
+
+    def on_built(info: dict) -> None:
+        config = {**run["config"], "data": info["data"]}
+        store.update_run(
+            conn, run_id, n_params=info["n_params"], pretrained=int(info["pretrained"]), config=config
+        )
+
+    outcome = train_cell(cfg, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), rules)
+    store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    figures = outcome.figures
+    peak = figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb")
+    return CellResult(
+        cfg, outcome.status, run_id, figures.get("loss"), figures.get("epoch_time"), peak, outcome.error
+    )
+
+
+def cell_run(cfg: RunConfig, protocol: str, machine: dict, rules=None) -> dict:
+    """The runs row a resolved cell is claimed with: its identity, provenance and configuration."""
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
+
+    rules = rules or load_rules()
+    reference = cfg.model in rules.reference_models()
+    return {
+        "source": SOURCE,
+        "cell_key": cell_key(cfg.as_dict()),
+        "seed": cfg.seed,
+        "model": cfg.model,
+        "family": resolve_model(cfg.model, rules).family.name,
+        "optimizer": cfg.optimizer,
+        "strategy": cfg.strategy,
+        "preset": cfg.preset if reference else "custom",
+        "config": cfg.as_dict(),
+        "protocol": protocol,
+        "owner": owner(),
+        **machine,
+    }
+
+
+def train_cell(cfg: RunConfig, reporter=None, on_built=None, on_epoch=None, rules=None) -> CellOutcome:
+    """Train a resolved cell and classify how it ended: ok, diverged, oom, failed (or crashed on Ctrl-C)."""
+    trainer = Trainer(cfg, reporter, on_built, on_epoch, rules)
+    interrupted = False
     try:
         trainer.train()
         status, error = "ok", None
     except KeyboardInterrupt:
-        record.finish(conn, run_id, "crashed", "interrupted by the user", trainer.summary())
-        raise
+        status, error, interrupted = "crashed", "interrupted by the user", True
     except Diverged as e:
         status, error = "diverged", str(e)
     except Exception as e:  # the cell failed; the grid goes on
         if is_oom(e):
             peak = trainer.peak_memory_gb()
-            status, error = (
-                "oom",
-                f"out of memory ({_first_line(e)})" + (f"; peak {peak:.2f} GB" if peak else ""),
-            )
+            status = "oom"
+            error = f"out of memory ({_first_line(e)})" + (f"; peak {peak:.2f} GB" if peak else "")
         else:
             status, error = "failed", f"{type(e).__name__}: {_first_line(e)}"
-    summary = trainer.summary()
-    record.finish(conn, run_id, status, error, summary)
-    figures = {name: value for name, value, _ in summary}
+    outcome = CellOutcome(status, error, trainer.metrics(), list(trainer.epochs), interrupted)
     trainer.release()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return CellResult(
-        cfg,
-        status,
-        run_id,
-        figures.get("loss"),
-        figures.get("epoch_time"),
-        figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb"),
-        error,
-    )
-
-
-def _family_of(model: str) -> str:
-    from advisor.models import resolve_model
-    from advisor.rules import load_rules
-
-    return resolve_model(model, load_rules()).family.name
+    return outcome
 
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
-
-
-class _Trainer:
-    """The training loop of one cell, with its monitor, timing and per-epoch records."""
-
-    def __init__(self, cfg: RunConfig, conn, run_id: int, reporter: Reporter, config_json: dict):
-        self.cfg, self.conn, self.run_id, self.reporter, self.config_json = (
-            cfg,
-            conn,
-            run_id,
-            reporter,
-            config_json,
-        )
-        self.epochs: list[dict] = []
-        self.model = self.optimizer = self.monitor = self.scheduler = None
-        self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
-
-    def train(self) -> None:
-        import torch
-
-        from measure.data import batches, load
-        from measure.models import build_model
-        from measure.monitor import Monitor
-        from measure.optimizers import make_optimizer
-        from measure.strategies import prepare, window_size
-
-        cfg = self.cfg
-        device = torch.device(cfg.device)
-        window = window_size(cfg.strategy, cfg.accumulation_steps)
-        if cfg.steps_per_epoch % window:
-            raise ValueError(
-                f"steps per epoch ({cfg.steps_per_epoch}) must be a multiple of the accumulation "
-                f"steps ({window})"
-            )
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            if cfg.memory_cap_gb:
-                total = torch.cuda.get_device_properties(0).total_memory / 1e9
-                torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_cap_gb / total))
-        built = build_model(
-            cfg.model, cfg.preset if cfg.preset != "custom" else "small", cfg.dropout, cfg.seed
-        )
-        self.model = built.model.to(device)
-        dataset, data_source = load(built.family, built.shape, cfg.steps_per_epoch * cfg.batch_size, cfg.seed)
-        record.update_run(
-            self.conn,
-            self.run_id,
-            n_params=built.n_params,
-            pretrained=int(built.pretrained),
-            config=_json({**self.config_json, "data": data_source}),
-        )
-        prepare(self.model, cfg.strategy)
-        self.optimizer = make_optimizer(
-            cfg.optimizer,
-            self.model.parameters(),
-            cfg.lr,
-            **({"line_search": cfg.cgd_line_search, "beta": cfg.cgd_beta} if cfg.optimizer == "cgd" else {}),
-        )
-        steps_per_epoch = cfg.steps_per_epoch // window
-        self.scheduler = _warmup(self.optimizer, cfg.warmup_ratio, steps_per_epoch * cfg.epochs)
-        self.family, self.device = built.family, device
-        self.reporter.cell_start(cfg, steps_per_epoch * cfg.epochs)
-        cap = None if device.type == "cuda" else cfg.memory_cap_gb
-        with Monitor(memory_cap_gb=cap) as self.monitor:
-            for epoch in range(cfg.epochs):
-                mark, self.warm, self.warm_steps, losses = self.monitor.mark(), 0.0, 0, []
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                start = _clock(device)
-                micro = batches(dataset, built.family, cfg.batch_size, cfg.seed, epoch)
-                for _ in range(steps_per_epoch):
-                    losses.append(self.step([next(micro) for _ in range(window)]))
-                wall = _epoch_wall(_clock(device) - start - self.warm, len(losses), self.warm_steps)
-                self._end_epoch(epoch, len(losses), losses, wall, self.warm, mark, device)
-
-    def step(self, window: list[dict]) -> float:
-        """One optimizer step as the harness takes it: timed, checked for divergence and memory, reported."""
-        from measure.strategies import train_step
-
-        t0 = _clock(self.device)
-        loss = train_step(self.model, self.optimizer, self.family, window, self.device, self._check_memory)
-        self.scheduler.step()
-        t1 = _clock(self.device)
-        if self.steps_done < self.cfg.warmup_steps:
-            self.warm += t1 - t0
-            self.warm_steps += 1
-        self.steps_done += 1
-        self.first_loss = loss if self.first_loss is None else self.first_loss
-        self._check_divergence(loss, self.first_loss, self.steps_done)
-        self.reporter.step(loss)
-        return loss
-
-    def _check_memory(self) -> None:
-        if self.monitor is not None and self.monitor.over_cap is not None:
-            raise OutOfMemory(
-                f"host RSS {self.monitor.over_cap:.2f} GB crossed --memory-cap {self.cfg.memory_cap_gb:g} GB"
-            )
-
-    def _check_divergence(self, loss: float, first: float, step: int) -> None:
-        if not math.isfinite(loss):
-            raise Diverged(f"loss became {loss} at step {step}")
-        if loss > self.cfg.divergence_factor * max(first, 1e-8):
-            raise Diverged(
-                f"loss {loss:.4g} at step {step} exceeds {self.cfg.divergence_factor:g}x the first "
-                f"step's {first:.4g}"
-            )
-
-    def _end_epoch(self, epoch, steps, losses, wall, warm, mark, device) -> None:
-        import torch
-
-        stats = self.monitor.window(mark)
-        row = {
-            "epoch": epoch,
-            "steps": steps,
-            "loss": sum(losses) / len(losses),
-            "wall_s": wall,
-            "warmup_s": warm if epoch == 0 else None,
-            "peak_rss_gb": stats.peak_rss_gb,
-            "peak_gpu_allocated_gb": torch.cuda.max_memory_allocated() / 1e9
-            if device.type == "cuda"
-            else None,
-            "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if device.type == "cuda" else None,
-            "gpu_util": stats.gpu_util,
-            "cpu_util": stats.cpu_util,
-            "energy_j": stats.energy_j,
-        }
-        self.epochs.append(row)
-        record.add_epoch(self.conn, self.run_id, row)
-
-    def peak_memory_gb(self) -> float | None:
-        import torch
-
-        if self.cfg.device == "cuda":
-            return torch.cuda.max_memory_allocated() / 1e9
-        if self.monitor is not None:
-            return max((s.rss_gb for s in self.monitor.samples), default=None)
-        return None
-
-    def summary(self) -> list[tuple[str, float, str]]:
-        """Run-level figures from the finished epochs (NULL-free: what was not measured is absent)."""
-        e = self.epochs
-        if not e:
-            peak = self.peak_memory_gb()
-            key = "gpu_mem_peak_gb" if self.cfg.device == "cuda" else "peak_rss_gb"
-            return [(key, peak, "GB")] if peak else []
-
-        def col(k):
-            return [r[k] for r in e if r[k] is not None]
-
-        out = [
-            ("loss", sum(col("loss")) / len(e), "nats/target, mean over epochs"),
-            ("loss_final", e[-1]["loss"], "nats/target, last epoch"),
-            # the median epoch: one epoch slowed by another process on a shared machine does not move it
-        ]
-        if col("wall_s"):  # absent when every step was a warm-up step
-            out.append(
-                (
-                    "epoch_time",
-                    statistics.median(col("wall_s")),
-                    "s/epoch, median over epochs, warm-up excluded",
-                )
-            )
-        for name, key, agg, unit in (
-            ("peak_rss_gb", "peak_rss_gb", max, "GB"),
-            ("gpu_mem_peak_gb", "peak_gpu_allocated_gb", max, "GB"),
-            ("gpu_mem_reserved_gb", "peak_gpu_reserved_gb", max, "GB"),
-            ("gpu_util", "gpu_util", _mean, "%"),
-            ("cpu_util", "cpu_util", _mean, "% of one core"),
-            ("energy_j", "energy_j", sum, "J"),
-        ):
-            if col(key):
-                out.append((name, agg(col(key)), unit))
-        return out
-
-    def release(self) -> None:
-        """Drop the model, optimizer and samples so nothing of this cell is held into the next."""
-        self.model = self.optimizer = None
-        if self.monitor is not None:
-            self.monitor.forget()
-        gc.collect()
-        _trim_heap()
-
-
-def _trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc keeps them in its arenas), so the next cell's peak RSS
-    starts from the process's baseline, not from this cell's high-water mark."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
-
-
-def _mean(values):
-    return sum(values) / len(values)
-
-
-def _json(obj) -> str:
-    import json
-
-    return json.dumps(obj, sort_keys=True)
-
-
-def _epoch_wall(timed: float, steps: int, warm_steps: int) -> float | None:
-    """Seconds for the whole epoch at the rate of its timed (post-warm-up) steps; None if none was timed.
-
-    Subtracting the warm-up alone would make the first epoch look shorter by the steps it left out."""
-    if steps <= warm_steps:
-        return None
-    return timed * steps / (steps - warm_steps)
-
-
-def _clock(device) -> float:
-    """perf_counter after the GPU has finished its queued work (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def _warmup(optimizer, ratio: float, total_steps: int):
-    """Linear learning-rate warm-up over ratio × total steps (the paper: 0.03 on Llama), then constant."""
-    import torch
-
-    warm = max(1, round(ratio * total_steps)) if ratio else 0
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)

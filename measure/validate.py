@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from measure import strategies
-from measure.data import IGNORE, batches, load
-from measure.models import PAD, build_model, reference_shape
+from measure.data import batches, load
+from measure.families.base import IGNORE
+from measure.models import build_model, reference_shape
+from measure.tokenizer import PAD
 
 GRAD_RTOL = 1e-4  # float32 accumulation in a different order: relative error of the largest gradient
 LOSS_RTOL = 1e-5
@@ -58,15 +60,15 @@ def run_checks(models: list[str], preset: str, accumulation_steps: int = 4) -> l
     return out + [check_cgd(), check_monitor()]
 
 
-def micro_window(model: str, preset: str, n: int, seed: int = 0) -> tuple[str, list[dict]]:
-    """n micro-batches of 4 samples of the model's data (the model itself is not built)."""
+def micro_window(model: str, preset: str, n: int, seed: int = 0):
+    """(family, n micro-batches of 4 samples of the model's data); the model itself is not built."""
     family, shape = reference_shape(model, preset)
     dataset, _ = load(family, shape, 4 * n, seed)
     return family, list(batches(dataset, family, 4, seed, epoch=0))[:n]
 
 
 def grads_after(
-    model: str, preset: str, strategy: str, windows, family: str, dropout: float, rng_seed: int | None = None
+    model: str, preset: str, strategy: str, windows, family, dropout: float, rng_seed: int | None = None
 ):
     """Loss and gradients after one step with lr 0 (the gradients stay on the parameters)."""
     built = build_model(model, preset, dropout=dropout, seed=0)

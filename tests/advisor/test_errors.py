@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from advisor.schema import open_kb
+from advisor.store import open_kb
 
 
 @pytest.mark.parametrize(

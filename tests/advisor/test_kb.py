@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.ingest import ImportRowsError, build_kb, import_file
-from advisor.schema import KNOWN_MIGRATIONS, open_kb, schema_sql
+from advisor.build import build_kb, import_file
+from advisor.ingest import ImportRowsError
+from advisor.schema import KNOWN_MIGRATIONS, schema_sql
+from advisor.store import open_kb
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_KB = REPO / "kb" / "results.sqlite"

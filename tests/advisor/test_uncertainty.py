@@ -5,8 +5,7 @@ import json
 import pytest
 from scipy import stats
 
-from advisor.ingest import write_runs
-from advisor.schema import open_kb
+from advisor.store import open_kb, write_runs
 
 
 def measured_run(optimizer, strategy, seed, loss, time_s):

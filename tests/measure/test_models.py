@@ -13,27 +13,27 @@ from measure.models import build_model
 )
 def test_presets_build(model, family):
     tiny, small = build_model(model, "tiny"), build_model(model, "small")
-    assert tiny.family == small.family == family
+    assert tiny.family.name == small.family.name == family
     assert 10_000 < tiny.n_params < small.n_params < 5_000_000
     assert not tiny.pretrained
 
 
 def test_paper_preset_configs_are_the_papers_models():
     """The real sizes, checked on the configs (building 1B parameters here would take minutes)."""
-    from measure.models import _reference_config
+    from measure.families import family
 
-    vit, _ = _reference_config("vision", "paper")
+    vit, _ = family("vision").reference_config("paper")
     assert (vit.hidden_size, vit.num_hidden_layers, vit.patch_size, vit.image_size) == (768, 12, 16, 224)
-    llama, shape = _reference_config("decoder", "paper")
+    llama, shape = family("decoder").reference_config("paper")
     assert (llama.hidden_size, llama.num_hidden_layers, llama.vocab_size, shape.seq_len) == (
         2048,
         16,
         128256,
         512,
     )
-    bert, _ = _reference_config("encoder", "paper")
+    bert, _ = family("encoder").reference_config("paper")
     assert (bert.hidden_size, bert.num_hidden_layers) == (768, 22)
-    vlm, shape = _reference_config("vlm", "paper")
+    vlm, shape = family("vlm").reference_config("paper")
     assert vlm.vision_config.hidden_size == 768 and vlm.text_config.hidden_size == 576
     assert vlm.scale_factor == 2 and shape.image_tokens == 49
 

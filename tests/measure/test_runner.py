@@ -6,17 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from advisor.rules import load_rules
 from measure.config import RunConfig
 from measure.runner import grid, run_grid
 from measure.strategies import STRATEGIES
 
 TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
-PAPER_GRID = {
-    "vit": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
-    "modernbert": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
-    "llama": ["sgd", "adam", "adagrad", "adadelta", "cgd"],
-    "nanovlm": ["sgd", "adam", "adamw", "adagrad", "adadelta"],
-}
+RULES = load_rules()
+REFERENCE_MODELS = list(RULES.reference_models())
 
 
 def rows(db, sql, *params):
@@ -26,15 +23,14 @@ def rows(db, sql, *params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", list(PAPER_GRID))
+@pytest.mark.parametrize("model", REFERENCE_MODELS)
 def test_every_family_trains_every_optimizer_and_strategy(tmp_path, model):
     db = tmp_path / "measured.sqlite"
-    opts = {model: PAPER_GRID[model] + (["adamw"] if model != "nanovlm" else ["cgd"])}
-    configs = grid([model], opts, {model: list(STRATEGIES)}, [0], TINY)
+    configs = grid([model], {model: list(RULES.optimizers)}, {model: list(STRATEGIES)}, [0], TINY)
     results = run_grid(configs, db)
     assert [r.status for r in results] == ["ok"] * len(configs), [(r.config.label, r.error) for r in results]
     runs = rows(db, "SELECT * FROM runs")
-    assert len(runs) == 6 * 4
+    assert len(runs) == len(RULES.optimizers) * len(STRATEGIES) == 6 * 4
     run = runs[0]
     assert run["source"] == "measured" and run["hardware"].startswith("CPU: ") and run["device"] == "cpu"
     assert run["preset"] == "tiny" and run["n_params"] > 0 and run["pretrained"] == 0
@@ -146,11 +142,11 @@ def test_final_outcomes_are_skipped_and_failures_retried(tmp_path):
 
 
 def test_epoch_time_is_the_post_warm_up_rate_over_the_whole_epoch(tmp_path):
-    from measure.runner import _epoch_wall
+    from measure.trainer import epoch_wall
 
-    assert _epoch_wall(5.0, steps=6, warm_steps=1) == pytest.approx(6.0)  # 5 timed steps, scaled to 6
-    assert _epoch_wall(5.0, steps=6, warm_steps=0) == 5.0
-    assert _epoch_wall(0.001, steps=1, warm_steps=1) is None  # nothing timed: NULL, not ~0
+    assert epoch_wall(5.0, steps=6, warm_steps=1) == pytest.approx(6.0)  # 5 timed steps, scaled to 6
+    assert epoch_wall(5.0, steps=6, warm_steps=0) == 5.0
+    assert epoch_wall(0.001, steps=1, warm_steps=1) is None  # nothing timed: NULL, not ~0
     db = tmp_path / "measured.sqlite"
     (result,) = run_grid([replace(TINY, model="vit", optimizer="sgd", steps_per_epoch=1)], db)
     assert result.status == "ok" and result.epoch_time is None

@@ -5,11 +5,11 @@ gradient as one big batch (padded sequences of unequal length included). The hel
 import pytest
 import torch
 
+from advisor.rules import load_rules
 from measure.models import build_model
-from measure.strategies import summed_loss
 from measure.validate import concat_window, grads_after, micro_window
 
-MODELS = ["vit", "modernbert", "llama", "nanovlm"]
+MODELS = list(load_rules().reference_models())
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -44,7 +44,7 @@ def test_dividing_each_micro_batch_mean_by_k_is_wrong():
     model.zero_grad()
     for b in window:
         batch = {k: torch.as_tensor(v) if k != "n_targets" else v for k, v in b.items()}
-        (summed_loss(model, family, batch) / b["n_targets"] / len(window)).backward()
+        (family.summed_loss(model, batch) / b["n_targets"] / len(window)).backward()
     naive = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     _, right = grads_after("llama", "tiny", "accumulation", [window], family, dropout=0.0)
     right = torch.cat([g.flatten() for g in right.values()])
@@ -58,8 +58,8 @@ def test_logged_loss_is_the_unscaled_mean_per_target():
     model = build_model("modernbert", "tiny", dropout=0.0).model
     with torch.no_grad():
         total = sum(
-            summed_loss(
-                model, family, {k: torch.as_tensor(v) for k, v in b.items() if k != "n_targets"}
+            family.summed_loss(
+                model, {k: torch.as_tensor(v) for k, v in b.items() if k != "n_targets"}
             ).item()
             for b in window
         )

@@ -37,7 +37,7 @@ def broken_train_step(model, optimizer, family, window, device, before_micro_bat
     logged = 0.0
     for batch in window:
         batch = strategies.to_device(batch, device)
-        loss = strategies.summed_loss(model, family, batch) / batch["n_targets"]
+        loss = family.summed_loss(model, batch) / batch["n_targets"]
         (loss / len(window)).backward()
         logged += loss.item() / len(window)
     optimizer.step()

@@ -1,0 +1,203 @@
+"""The commands that answer from the KB: recommend, frontier, flowchart, claims. Torch-free."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from advisor.cli.params import (
+    CONTEXT,
+    FamilyType,
+    MetricType,
+    console,
+    db_option,
+    domain_errors,
+    echo_json,
+    json_option,
+    names_option,
+    open_for_reading,
+    source_option,
+)
+from advisor.rules import load_rules
+
+
+@click.command(context_settings=CONTEXT)
+@click.option(
+    "--arch",
+    type=FamilyType(),
+    help="Architecture family or alias: vision/vit, encoder/modernbert, decoder/llama, vlm/nanovlm.",
+)
+@click.option(
+    "--model",
+    metavar="NAME|HF_ID|PATH",
+    help="A model instead of --arch: vit, modernbert, llama, nanovlm, a local folder with config.json "
+    "or a cached Hugging Face id; its family comes from model_type.",
+)
+@click.option(
+    "--optimize",
+    "metric",
+    type=MetricType(),
+    default="loss",
+    show_default=True,
+    help="Metric to optimize: loss, time, memory, utilization.",
+)
+@click.option(
+    "--max-memory",
+    type=click.FloatRange(min=0),
+    metavar="GB",
+    help="Exclude configurations above this memory.",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(min=0),
+    metavar="S",
+    help="Exclude configurations slower than this (s/epoch).",
+)
+@names_option("--optimizer", "optimizers", "optimizer", "Only these optimizers (repeatable).")
+@names_option(
+    "--exclude-optimizer", "exclude_optimizers", "optimizer", "Never these optimizers (repeatable)."
+)
+@names_option(
+    "--strategy",
+    "strategies",
+    "strategy",
+    "Only these strategies (repeatable): standard, checkpointing, accumulation.",
+)
+@source_option
+@db_option
+@json_option
+@domain_errors
+def recommend(
+    arch, model, metric, max_memory, max_time, optimizers, exclude_optimizers, strategies, source, db, as_json
+):
+    """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
+
+    \b
+    Examples:
+        advisor recommend --arch encoder --optimize memory
+        advisor recommend --model ./my-bert --optimize time --max-memory 40
+        advisor recommend --arch decoder --exclude-optimizer adam --json
+    """
+    from advisor.model_ref import resolve_model
+    from advisor.recommend import Constraints
+    from advisor.recommend import recommend as do_recommend
+    from advisor.report import answer_view
+
+    rules = load_rules()
+    if bool(arch) == bool(model):
+        raise click.UsageError("pass exactly one of --arch FAMILY or --model NAME.")
+    model_name = None
+    if model:
+        resolved = resolve_model(model, rules)
+        arch, model_name = resolved.family.name, resolved.name
+    conn = open_for_reading(db, source)
+    constraints = Constraints(
+        max_memory=max_memory,
+        max_time=max_time,
+        optimizers=optimizers,
+        exclude_optimizers=exclude_optimizers,
+        strategies=strategies,
+    )
+    answer = do_recommend(conn, arch, metric, constraints, source=source, model=model_name, rules=rules)
+    if as_json:
+        echo_json(answer.as_dict(rules))
+    else:
+        console().print(answer_view(answer, rules))
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--arch", type=FamilyType(), required=True, help="Architecture family or alias.")
+@click.option("--x", "x", type=MetricType(), default="time", show_default=True, help="Metric on the x axis.")
+@click.option("--y", "y", type=MetricType(), default="loss", show_default=True, help="Metric on the y axis.")
+@source_option
+@db_option
+@json_option
+@domain_errors
+def frontier(arch, x, y, source, db, as_json):
+    """The exact Pareto frontier of two metrics over every usable configuration.
+
+    Diverged and failed runs are left out. Points are labelled in the table and the scatter plot alike.
+
+    \b
+    Examples:
+        advisor frontier --arch vision
+        advisor frontier --arch decoder --x memory --y loss --json
+    """
+    from advisor.frontier import frontier as do_frontier
+    from advisor.report import frontier_view
+
+    rules = load_rules()
+    if x == y:
+        raise click.BadParameter("--x and --y must be different metrics.", param_hint="'--x'")
+    result = do_frontier(open_for_reading(db, source), arch, x, y, source, rules)
+    if as_json:
+        echo_json(result.as_dict(rules))
+        return
+    if not result.points:
+        raise click.ClickException(
+            f"no configuration of {arch} has both a {x} and a {y} figure in {result.group.label}."
+        )
+    console().print(frontier_view(result.points, rules, x, y, evidence=f"Evidence: {result.group.label}"))
+
+
+@click.command(context_settings=CONTEXT)
+@source_option
+@db_option
+@json_option
+@domain_errors
+def flowchart(source, db, as_json):
+    """The recommendation tree: family → metric → optimizer → strategy, like the paper's Figure 1.
+
+    \b
+    Examples:
+        advisor flowchart
+        advisor flowchart --source paper --json
+    """
+    from advisor.flowchart import summary, walk
+    from advisor.report import flowchart_view
+
+    paths = walk(open_for_reading(db, source), source=source, rules=load_rules())
+    if as_json:
+        echo_json({"paths": [p.as_dict() for p in paths], "summary": summary(paths)})
+    else:
+        console().print(flowchart_view(paths, summary(paths)))
+
+
+@click.command(context_settings=CONTEXT)
+@source_option
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the report as Markdown to this file.",
+)
+@db_option
+@json_option
+@domain_errors
+def claims(source, markdown_path, db, as_json):
+    """Re-check the paper's claims against the evidence: holds, does not hold, or not enough evidence.
+
+    The claims, with the paper's own numbers, are data in rules/claims.toml.
+
+    \b
+    Examples:
+        advisor claims --source paper
+        advisor claims --source measured --markdown docs/claims.md
+    """
+    from advisor.claims import check_all, markdown
+    from advisor.report import claims_view
+
+    verdicts = check_all(open_for_reading(db, source), source)
+    if markdown_path:
+        command = (
+            "advisor claims" + (f" --source {source}" if source else "") + f" --markdown {markdown_path}"
+        )
+        markdown_path.write_text(markdown(verdicts, source, command))
+    if as_json:
+        echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
+    else:
+        console().print(claims_view(verdicts))
+
+
+COMMANDS = [recommend, frontier, flowchart, claims]

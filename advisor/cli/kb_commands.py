@@ -1,0 +1,179 @@
+"""`advisor kb ...`: inspect, export, import, build and migrate knowledge bases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from advisor import kb as kbmod
+from advisor.cli.params import (
+    CONTEXT,
+    STATUS,
+    FamilyType,
+    console,
+    db_option,
+    domain_errors,
+    echo_json,
+    json_option,
+    open_for_reading,
+    source_option,
+)
+
+
+@click.group(context_settings=CONTEXT)
+def kb():
+    """Inspect, export, import and build the knowledge base.
+
+    \b
+    Examples:
+        advisor kb stats
+        advisor kb runs --family decoder --status oom
+    """
+
+
+@kb.command(context_settings=CONTEXT)
+@db_option
+@json_option
+@domain_errors
+def stats(db, as_json):
+    """Counts of runs by source and status, and the evidence groups.
+
+    \b
+    Example:
+        advisor kb stats --json
+    """
+    from advisor.report import stats_view
+
+    result = kbmod.stats(open_for_reading(db))
+    if as_json:
+        echo_json(result)
+    else:
+        console().print(stats_view(result, str(kbmod.resolve_db_path(db))))
+
+
+@kb.command(context_settings=CONTEXT)
+@click.option("--family", type=FamilyType(), help="Only this family.")
+@source_option
+@click.option("--status", type=STATUS)
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many runs.")
+@db_option
+@json_option
+@domain_errors
+def runs(family, source, status, limit, db, as_json):
+    """List runs with their provenance and status.
+
+    \b
+    Example:
+        advisor kb runs --family vision --source paper
+    """
+    from advisor.report import runs_view
+
+    conn = open_for_reading(db, source)
+    rows = kbmod.list_runs(conn, family=family, source=source, status=status, limit=limit)
+    if as_json:
+        echo_json(rows)
+    else:
+        console().print(runs_view(rows))
+
+
+@kb.command(context_settings=CONTEXT)
+@click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json", show_default=True)
+@source_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file instead of standard output.",
+)
+@db_option
+@domain_errors
+def export(fmt, source, output, db):
+    """Export runs: JSON (every run with provenance, metrics and epochs; what `kb import` reads) or CSV.
+
+    CSV has one row per run-level figure, in the columns of the paper's figures.csv plus provenance.
+
+    \b
+    Examples:
+        advisor kb export --source measured -o my-runs.json
+        advisor kb export --format csv > figures.csv
+    """
+    from advisor.export import FORMATS
+
+    data = kbmod.export_runs(open_for_reading(db, source), source=source)
+    text = FORMATS[fmt](data)
+    if output:
+        output.write_text(text)
+        click.echo(f"Wrote {len(data)} runs to {output}.", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@kb.command(name="import", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--setup",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="For a figures CSV: its setup.toml (hardware, hyperparameters). Default: setup.toml beside it.",
+)
+@db_option
+@domain_errors
+def import_(file, setup, db):
+    """Import runs from a JSON export or a figures CSV, in one transaction (a bad row imports nothing).
+
+    \b
+    Examples:
+        advisor kb import colleague-runs.json --db my.sqlite
+        advisor kb import figures.csv --setup setup.toml --db my.sqlite
+    """
+    from advisor.build import import_file
+
+    path = kbmod.resolve_db_path(db)
+    added, skipped = import_file(path, file, setup)
+    click.echo(
+        f"Imported {added} runs into {path}" + (f" ({skipped} already there, skipped)." if skipped else ".")
+    )
+
+
+@kb.command(context_settings=CONTEXT)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the KB. Default: the shipped kb/results.sqlite.",
+)
+@domain_errors
+def build(output):
+    """Rebuild the knowledge base from the versioned sources in kb/sources/ (atomically).
+
+    \b
+    Example:
+        advisor kb build                 # refresh the shipped kb/results.sqlite
+    """
+    from advisor.build import build_kb
+
+    out = output or kbmod.shipped_kb_path()
+    counts = build_kb(out)
+    click.echo(f"Built {out}: " + ", ".join(f"{k} {v} runs" for k, v in counts.items()) + ".")
+
+
+@kb.command(context_settings=CONTEXT)
+@db_option
+@domain_errors
+def migrate(db):
+    """Upgrade a KB written by an older advisor to the current schema.
+
+    \b
+    Example:
+        advisor kb migrate --db old.sqlite
+    """
+    from advisor.store import open_kb
+
+    path = kbmod.resolve_db_path(db)
+    if not path.exists():
+        raise click.ClickException(f"no knowledge base at {path}.")
+    open_kb(path).close()
+    click.echo(f"{path} is at the current schema.")
+
+
+COMMANDS = [kb]

@@ -1,0 +1,56 @@
+"""`advisor frontier`: the Pareto frontier of two metrics over the usable configurations of one evidence group."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from advisor.evidence import GroupEvidence, select_group
+from advisor.kb import Cell, Group
+from advisor.pareto import FrontierPoint, pareto_view
+from advisor.rules import Rules, load_rules
+
+
+@dataclass
+class Frontier:
+    family: str
+    x: str  # metric names
+    y: str
+    group: Group
+    measures: tuple[str | None, str | None]  # the stored measure each axis reads
+    points: list[FrontierPoint]
+    left_out: list[str]  # "<configuration>: <why it may not be ranked>"
+
+    def as_dict(self, rules: Rules) -> dict:
+        return {
+            "family": self.family,
+            "x": {"metric": self.x, "unit": rules.metric(self.x).unit, "measure": self.measures[0]},
+            "y": {"metric": self.y, "unit": rules.metric(self.y).unit, "measure": self.measures[1]},
+            "evidence": self.group.as_dict(),
+            "points": [p.as_dict() for p in self.points],
+            "left_out": self.left_out,
+        }
+
+
+def frontier(
+    conn: sqlite3.Connection,
+    family: str,
+    x: str,
+    y: str,
+    source: str | None = None,
+    rules: Rules | None = None,
+) -> Frontier:
+    """The x-vs-y frontier of the family's best evidence group; unusable configurations are left out, with why."""
+    rules = rules or load_rules()
+    group, _ = select_group(conn, rules, family, source)
+    ev = GroupEvidence(conn, group, rules)
+    left_out = sorted(f"{ev.cells[k].name}: {why}" for k, why in ev.unusable().items())
+    points = frontier_points(ev, ev.usable(), x, y)
+    return Frontier(family, x, y, group, (ev.measure(x), ev.measure(y)), points, left_out)
+
+
+def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> list[FrontierPoint]:
+    """The x-vs-y Pareto view of the given configurations (those with both figures)."""
+    stats = [(c, ev.stat(c, x), ev.stat(c, y)) for c in cells]
+    items = [(c.optimizer, c.strategy, sx.mean, sy.mean, sx.ci, sy.ci) for c, sx, sy in stats if sx and sy]
+    return pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)

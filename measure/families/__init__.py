@@ -1,0 +1,48 @@
+"""The model families of the measurement side, one module each, registered by name.
+
+A family module subclasses `Family` (in `base.py`) and decorates it with `@register`; `rules/families.toml`
+names the module of each family (`module = "measure.families.decoder"`), and `family(name)` imports it
+on first use. Adding a family is one module plus one line in rules/families.toml.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from measure.families.base import Family, Shape, UnknownFamily
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: make a family known by its `name`."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def family(name: str, rules=None) -> Family:
+    """The family called `name` in the rules, its module imported; UnknownFamily if either lacks it."""
+    from advisor.rules import load_rules
+
+    rules = rules or load_rules()
+    spec = rules.families.get(name)
+    if spec is None:
+        raise UnknownFamily(f"unknown family {name!r}: rules/families.toml has {', '.join(rules.families)}.")
+    if name not in _REGISTRY:
+        if not spec.module:
+            raise UnknownFamily(f"family {name!r} names no module in rules/families.toml (module = ...).")
+        try:
+            importlib.import_module(spec.module)
+        except ImportError as e:
+            raise UnknownFamily(f"family {name!r}: cannot import its module {spec.module!r} ({e}).") from e
+        if name not in _REGISTRY:
+            raise UnknownFamily(f"module {spec.module!r} registers no family called {name!r}.")
+    return _REGISTRY[name]
+
+
+def registered() -> dict[str, Family]:
+    """The families imported so far, by name."""
+    return dict(_REGISTRY)
+
+
+__all__ = ["Family", "Shape", "UnknownFamily", "family", "register", "registered"]

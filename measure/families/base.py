@@ -1,0 +1,117 @@
+"""What a model family is on the measurement side: its preset configs, its model class, how a raw
+example becomes model input, how examples collate into a micro-batch, and its summed loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+IGNORE = -100  # label of positions without a target (torch's cross-entropy ignore_index)
+
+# Sizes of the reduced presets, shared by families that combine them (the VLM has a vision tower and a
+# text model). `paper` sizes are each family's own.
+TEXT_SIZES = {
+    "tiny": dict(hidden=32, layers=2, heads=2, kv_heads=2, ffn=64, seq=32),
+    "small": dict(hidden=128, layers=4, heads=4, kv_heads=2, ffn=256, seq=64),
+}
+VISION_SIZES = {
+    "tiny": dict(hidden=32, layers=2, heads=2, ffn=64, image=32, patch=8),
+    "small": dict(hidden=96, layers=4, heads=4, ffn=192, image=64, patch=8),
+}
+
+
+class UnknownFamily(Exception):
+    """A family the rules or the registry do not know: an error, never a fall-through into another family."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the data must look like for a model: sequence length, vocabulary, image size, labels."""
+
+    seq_len: int = 32  # text tokens per sample (captions for vlm)
+    vocab_size: int = 260  # byte-level tokens (256) + pad/bos/eos/mask
+    image_size: int = 32
+    num_labels: int = 10
+    image_token_id: int | None = None  # vlm: the placeholder id the model replaces with image features
+    image_tokens: int = 0  # vlm: placeholders per image
+
+
+class Family:
+    """One architecture family. Subclasses set `name` (as in rules/families.toml) and implement the rest."""
+
+    name: str = ""
+    task: str = ""  # what it is trained on, for humans: "causal language modelling", ...
+
+    def reference_config(self, preset: str):
+        """(transformers config, Shape) of the family's reference model at a preset (tiny, small, paper)."""
+        raise NotImplementedError
+
+    def model_class(self):
+        """The transformers Auto class that builds the family's models from a config."""
+        raise NotImplementedError
+
+    def shape_of(self, config) -> Shape:
+        """The data shape for a user's model of this family, from its config."""
+        raise NotImplementedError
+
+    def encode(self, shape: Shape, example: dict) -> dict:
+        """One raw example (plot, label, poster, caption) as model-ready fields."""
+        raise NotImplementedError
+
+    def collate(self, rows: dict, rng: np.random.Generator) -> dict:
+        """Encoded rows as one micro-batch of numpy arrays, with `n_targets`: the positions the loss sums over."""
+        raise NotImplementedError
+
+    def summed_loss(self, model, batch: dict):
+        """Cross-entropy summed over the batch's targets (never averaged: the accumulation window divides once)."""
+        raise NotImplementedError
+
+
+class TextFamily(Family):
+    """A family trained on the plots' text alone (encoder, decoder): byte-level ids of varied length."""
+
+    def shape_of(self, config) -> Shape:
+        return Shape(seq_len=64, vocab_size=text_vocab(config))
+
+    def encode(self, shape: Shape, example: dict) -> dict:
+        from measure import data
+
+        return {"ids": data.plot_ids(example, shape.seq_len)}
+
+
+def pad(seqs, value: int) -> np.ndarray:
+    """Sequences of unequal length as one (batch, longest) int64 array, padded with value."""
+    seqs = [list(s) for s in seqs]
+    width = max(len(s) for s in seqs)
+    return np.array([s + [value] * (width - len(s)) for s in seqs], dtype=np.int64)
+
+
+def pixels(images) -> np.ndarray:
+    """uint8 (batch, 3, H, W) to float32 in [-1, 1], the ViT/SigLIP normalisation."""
+    return np.stack(list(images)).astype(np.float32) / 127.5 - 1.0
+
+
+def model_inputs(batch: dict) -> dict:
+    """The tensors a model's forward takes: everything but the labels and the target count."""
+    return {k: v for k, v in batch.items() if k not in ("labels", "n_targets")}
+
+
+def next_token_loss(logits, labels):
+    """Causal LM and captioning: position t predicts token t+1; summed over the targets."""
+    import torch.nn.functional as F
+
+    shifted = logits[:, :-1].flatten(0, 1).float()  # (batch * (seq-1), vocab)
+    return F.cross_entropy(shifted, labels[:, 1:].flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def text_vocab(config) -> int:
+    """A text model's vocabulary, refused when the byte-level data would not fit in it."""
+    from measure.tokenizer import BYTE_VOCAB
+
+    vocab = getattr(getattr(config, "text_config", config), "vocab_size", BYTE_VOCAB)
+    if vocab < BYTE_VOCAB:
+        raise ValueError(
+            f"the model's vocabulary ({vocab}) is smaller than the byte-level data's ({BYTE_VOCAB})"
+        )
+    return vocab

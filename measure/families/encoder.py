@@ -1,0 +1,60 @@
+"""Encoder-only language models (ModernBERT, BERT and kin): masked-token prediction on the plots."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from measure.families import register
+from measure.families.base import IGNORE, TEXT_SIZES, Shape, TextFamily, model_inputs, pad
+from measure.tokenizer import BOS, BYTE_VOCAB, EOS, MASK, PAD, SPECIAL_IDS
+
+MASK_RATE = 0.15  # the masked-LM convention (BERT, ModernBERT)
+BERT_IDS = dict(cls_token_id=BOS, sep_token_id=EOS, **SPECIAL_IDS)
+
+
+@register
+class Encoder(TextFamily):
+    name = "encoder"
+    task = "masked language modelling on the plots"
+
+    def reference_config(self, preset):
+        from transformers import ModernBertConfig
+
+        if preset == "paper":  # answerdotai/ModernBERT-base: hidden 768, 22 layers, 12 heads
+            config = ModernBertConfig(max_position_embeddings=8192, **BERT_IDS)
+            return config, Shape(seq_len=512, vocab_size=config.vocab_size)
+        t = TEXT_SIZES[preset]
+        config = ModernBertConfig(
+            vocab_size=BYTE_VOCAB,
+            hidden_size=t["hidden"],
+            num_hidden_layers=t["layers"],
+            num_attention_heads=t["heads"],
+            intermediate_size=t["ffn"],
+            max_position_embeddings=4 * t["seq"],
+            local_attention=t["seq"] // 2,
+            global_attn_every_n_layers=2,
+            **BERT_IDS,
+        )
+        return config, Shape(seq_len=t["seq"], vocab_size=BYTE_VOCAB)
+
+    def model_class(self):
+        from transformers import AutoModelForMaskedLM
+
+        return AutoModelForMaskedLM
+
+    def collate(self, rows, rng):
+        ids = pad(rows["ids"], PAD)
+        mask = (ids != PAD).astype(np.int64)
+        chosen = (rng.random(ids.shape) < MASK_RATE) & (ids != PAD) & (ids != BOS) & (ids != EOS)
+        chosen[np.arange(len(ids)), 1] = True  # at least one target per sample
+        labels = np.where(chosen, ids, IGNORE)
+        ids = np.where(chosen, MASK, ids)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": int(chosen.sum())}
+
+    def summed_loss(self, model, batch):
+        import torch.nn.functional as F
+
+        logits = model(**model_inputs(batch)).logits  # (batch, seq, vocab)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum"
+        )
