@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
 
-.PHONY: setup test lint kb bench reference claims clean
+.PHONY: setup test lint kb bench bench-fit reference claims clean
 REF_DB ?= build/reference-small.sqlite
 
 # torch is pinned to the CPU wheel on this machine's disk; an unpinned torch resolves to a multi-GB CUDA build.
@@ -45,6 +45,11 @@ bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/large_kb.py
 	$(BIN)/python bench/harness_overhead.py
+
+# advisor fit against real steps: ours, accelerate's estimator, Korthikanti et al.'s formula (CPU, ~2 min).
+# On a GPU machine: --prepare cases.json here, then --device cuda --cases cases.json (see the script).
+bench-fit: setup
+	$(BIN)/python bench/fit_accuracy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from advisor import store
-from advisor.ingest import read_figures, read_file, read_runs_json
+from advisor.ingest import read_export, read_figures, read_file
 
 
 def sources_dir() -> Path:
@@ -20,10 +20,10 @@ def sources_dir() -> Path:
 def import_file(db_path: Path, path: Path, setup_path: Path | None = None) -> tuple[int, int]:
     """Import a figures CSV (with its setup.toml) or a runs JSON file into the KB at db_path, in one
     transaction. Returns (added, skipped as already stored)."""
-    runs = read_file(path, setup_path)
+    runs, validations = read_file(path, setup_path)
     conn = store.open_kb(db_path)
     try:
-        return store.write_runs(conn, runs)
+        return store.write_runs(conn, runs, validations)
     finally:
         conn.close()
 
@@ -43,7 +43,7 @@ def build_kb(out_path: Path, src: Path | None = None) -> dict:
             runs = read_figures(setup_path.parent / setup["figures"], setup)
             counts[setup_path.parent.name] = store.write_runs(conn, runs)[0]
         for runs_path in sorted(src.glob("*.json")):
-            counts[runs_path.name] = store.write_runs(conn, read_runs_json(runs_path))[0]
+            counts[runs_path.name] = store.write_runs(conn, *read_export(runs_path))[0]
         conn.execute(
             "PRAGMA journal_mode = DELETE"
         )  # one self-contained file, readable from a read-only folder

@@ -54,6 +54,7 @@ class Stat:
     spread: float | None  # sample standard deviation; None for a single run
     stated: str | None = None  # the stored figure as its source states it, when converted and single
     ci: tuple[float, float] | None = None  # 95 % Student-t interval of the mean; None for a single run
+    predicted: bool = False  # a prediction (advisor fit), not a measurement
 
     def overlaps(self, other: Stat) -> bool:
         """Whether the two intervals (a single run's is its value) share a point."""
@@ -103,6 +104,15 @@ class GroupEvidence:
             spec = rules.measures.get(measure) if measure else None
             converted = spec is not None and (spec.factor != 1.0 or spec.scale is not None)
             self._stats[metric] = {k: _stat(a, converted) for k, a in aggregates.get(measure, {}).items()}
+
+    def use_prediction(self, metric: str, measure: str, values: dict[tuple[str, str], float]) -> None:
+        """Rank `metric` by predicted values (advisor fit) instead of the stored figures: e.g. memory for the
+        user's model on the user's accelerator, which no run of this group measured."""
+        self._measures[metric] = measure
+        self._stats[metric] = {
+            k: Stat(mean=v, n=1, spread=None, predicted=True) for k, v in values.items() if k in self.cells
+        }
+        self._unusable = None
 
     def measure(self, metric: str) -> str | None:
         return self._measures.get(metric)

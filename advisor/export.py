@@ -17,8 +17,11 @@ CSV_RUN_COLUMNS = tuple(
 CSV_FIGURE_COLUMNS = ("metric", "value", "unit", "certainty", "note")
 
 
-def runs_json(runs: list[dict]) -> str:
-    return json.dumps({"runs": runs}, indent=1, sort_keys=True, default=str) + "\n"
+def runs_json(runs: list[dict], validations: list[dict] = ()) -> str:
+    return (
+        json.dumps({"runs": runs, "validations": list(validations)}, indent=1, sort_keys=True, default=str)
+        + "\n"
+    )
 
 
 def runs_csv(runs: list[dict]) -> str:
@@ -36,6 +39,3 @@ def runs_csv(runs: list[dict]) -> str:
             )
             writer.writerow({**{c: run.get(c) for c in CSV_RUN_COLUMNS}, **figure})
     return buf.getvalue()
-
-
-FORMATS = {"json": runs_json, "csv": runs_csv}

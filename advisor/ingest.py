@@ -81,6 +81,7 @@ def _figure_row_problem(row, setup, rules, known_measures, seen) -> str | None:
 def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
     hyper = dict(setup["models"][model])
     family = hyper.pop("family")
+    n_params = hyper.pop("n_params", None)
     config = dict(model=model, optimizer=optimizer, strategy=strategy, preset=setup["preset"], **hyper)
     return dict(
         cell_key=cell_key({"source": setup["source"], **config}),
@@ -98,7 +99,7 @@ def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
         software={},
         config=config,
         pretrained=None,
-        n_params=None,
+        n_params=n_params,
         status="ok",
         error=None,
         started_at=None,
@@ -111,13 +112,32 @@ def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
 REQUIRED_RUN_FIELDS = ("source", "model", "family", "optimizer", "strategy", "preset", "hardware", "status")
 
 
+VALIDATION_FIELDS = ("hardware", "name", "passed", "detail", "created_at")
+
+
 def read_runs_json(path: Path) -> list[dict]:
-    """Parse an `advisor kb export --format json` file, or raise listing bad runs."""
+    """Parse an `advisor kb export --format json` file's runs, or raise listing bad runs."""
+    return read_export(path)[0]
+
+
+def read_export(path: Path) -> tuple[list[dict], list[dict]]:
+    """The runs and validations of an `advisor kb export --format json` file, or raise listing bad rows."""
     try:
         data = json.loads(Path(path).read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ImportRowsError(f"{path} is not valid JSON ({e}); nothing was imported.") from e
-    runs = data.get("runs") if isinstance(data, dict) else data
+    validations = data.get("validations", []) if isinstance(data, dict) else []
+    bad = [
+        f"validation {i}"
+        for i, v in enumerate(validations)
+        if not isinstance(v, dict) or any(v.get(f) is None for f in VALIDATION_FIELDS)
+    ]
+    _raise_if([f"{b}: needs {', '.join(VALIDATION_FIELDS)}" for b in bad], path)
+    return _runs_of(data, path), validations
+
+
+def _runs_of(data, path: Path) -> list[dict]:
+    runs = data.get("runs", []) if isinstance(data, dict) else data
     if not isinstance(runs, list):
         raise ImportRowsError(
             f"{path}: expected a list of runs (or an object with key 'runs'); nothing was imported."
@@ -159,17 +179,18 @@ def _raise_if(errors: list[str], path: Path) -> None:
         raise ImportRowsError(f"{path}: {len(errors)} bad row(s), nothing was imported: {shown}{more}.")
 
 
-def read_file(path: Path, setup_path: Path | None = None) -> list[dict]:
-    """The runs of a figures CSV (with its setup.toml: --setup, else the one beside it) or a runs JSON file."""
+def read_file(path: Path, setup_path: Path | None = None) -> tuple[list[dict], list[dict]]:
+    """The runs and validations of a figures CSV (with its setup.toml: --setup, else the one beside it)
+    or of an export (JSON)."""
     path = Path(path)
     if not path.exists():
         raise KBError(f"no file at {path}.")
     if path.suffix.lower() != ".csv":
-        return read_runs_json(path)
+        return read_export(path)
     setup_path = Path(setup_path) if setup_path else path.with_name("setup.toml")
     if not setup_path.exists():
         raise KBError(
             f"a figures CSV needs its setup (hardware, hyperparameters): no {setup_path}. "
             "Pass --setup with a setup.toml like kb/sources/paper-2608.08961/setup.toml."
         )
-    return read_figures(path, tomllib.loads(setup_path.read_text()))
+    return read_figures(path, tomllib.loads(setup_path.read_text())), []

@@ -27,6 +27,30 @@ def resolve_db_path(db: str | os.PathLike | None) -> Path:
     return shipped_kb_path()
 
 
+def user_dir() -> Path:
+    """Where advisor keeps the user's own files: the platform's user data directory
+    (~/.local/share/advisor on Linux; $XDG_DATA_HOME moves it)."""
+    from platformdirs import user_data_path
+
+    return user_data_path("advisor", appauthor=False)
+
+
+def user_kb_path() -> Path:
+    return user_dir() / "kb.sqlite"
+
+
+def resolve_write_path(db: str | os.PathLike | None) -> Path:
+    """The KB a command writes: --db, then $ADVISOR_DB, then the user's KB (its folder created). Never the
+    shipped KB, which is package data."""
+    if db:
+        return Path(db)
+    if os.environ.get("ADVISOR_DB"):
+        return Path(os.environ["ADVISOR_DB"])
+    path = user_kb_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def source_kind(source: str) -> str:
     """'paper' for any paper:<arxiv id> source, else the source itself ('measured', 'import:...')."""
     return "paper" if source.startswith("paper:") else source
@@ -43,6 +67,7 @@ class Group:
     family: str
     n_runs: int
     n_seeds: int
+    n_params: int | None = None  # the evidence model's size, where the runs state it
 
     @property
     def kind(self) -> str:
@@ -63,6 +88,7 @@ class Group:
             "family": self.family,
             "runs": self.n_runs,
             "seeds": self.n_seeds,
+            "parameters": self.n_params,
             "label": self.label,
         }
 
@@ -117,8 +143,8 @@ def evidence_groups(
     """Every evidence group, optionally of one family, source kind (or exact source) and model."""
     where, params = _run_filter(family=family, source=source, model=model)
     sql = (
-        "SELECT source, hardware, preset, model, family, sum(n), max(n) FROM ("
-        "  SELECT source, hardware, preset, model, family, count(*) AS n FROM runs "
+        "SELECT source, hardware, preset, model, family, sum(n), max(n), max(np) FROM ("
+        "  SELECT source, hardware, preset, model, family, count(*) AS n, max(n_params) AS np FROM runs "
         + ("WHERE " + " AND ".join(where) if where else "")
         + "  GROUP BY source, hardware, preset, model, family, optimizer, strategy) "
         "GROUP BY source, hardware, preset, model, family ORDER BY family, source, hardware, preset, model"
@@ -195,14 +221,22 @@ def group_aggregates(
     return out
 
 
+FIT_CHECK = (
+    "fit_%"  # validations of advisor fit's predictions (bench/fit_accuracy.py), not advisor validate's
+)
+
+
 def validation(conn: sqlite3.Connection, hardware: str) -> dict | None:
     """The latest `advisor validate` run on this hardware: when, how many checks, which failed."""
-    row = conn.execute("SELECT max(created_at) FROM validations WHERE hardware = ?", [hardware]).fetchone()
+    row = conn.execute(
+        "SELECT max(created_at) FROM validations WHERE hardware = ? AND name NOT LIKE ?",
+        [hardware, FIT_CHECK],
+    ).fetchone()
     if not row or row[0] is None:
         return None
     checks = conn.execute(
-        "SELECT name, model, passed FROM validations WHERE hardware = ? AND created_at = ?",
-        [hardware, row[0]],
+        "SELECT name, model, passed FROM validations WHERE hardware = ? AND created_at = ? AND name NOT LIKE ?",
+        [hardware, row[0], FIT_CHECK],
     ).fetchall()
     failed = [f"{n} ({m})" if m else n for n, m, ok in checks if not ok]
     return {"hardware": hardware, "at": row[0], "checks": len(checks), "failed": failed, "passed": not failed}
@@ -293,6 +327,34 @@ def export_runs(conn: sqlite3.Connection, source: str | None = None) -> list[dic
             for e in conn.execute("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", [run_id])
         ]
         out.append(run)
+    return out
+
+
+def export_validations(conn: sqlite3.Connection) -> list[dict]:
+    """Every validation, as `advisor kb import` reads them back."""
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(validations)")]
+    rows = conn.execute("SELECT * FROM validations ORDER BY id").fetchall()
+    out = []
+    for row in rows:
+        v = {k: val for k, val in zip(cols, row, strict=True) if k != "id"}
+        v["software"] = json.loads(v["software"] or "{}")
+        out.append(v)
+    return out
+
+
+def fit_validations(conn: sqlite3.Connection) -> list[dict]:
+    """advisor fit's predictions checked against real steps, per hardware: how many, how close."""
+    rows = conn.execute(
+        "SELECT hardware, count(*), sum(passed), max(abs(value)), group_concat(value) FROM validations "
+        "WHERE name LIKE ? GROUP BY hardware ORDER BY hardware",
+        [FIT_CHECK],
+    ).fetchall()
+    out = []
+    for hardware, n, passed, worst, values in rows:
+        errors = sorted(abs(float(v)) for v in values.split(","))
+        out.append(
+            dict(hardware=hardware, checks=n, passed=passed, median=errors[len(errors) // 2], worst=worst)
+        )
     return out
 
 

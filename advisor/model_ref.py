@@ -27,17 +27,14 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
     for fam in rules.families.values():
         if name.lower() == fam.reference_model:
             return ResolvedModel(fam.reference_model, fam, None, None)
-    config_path = _local_config(name) or _cached_config(name)
+    config_path = config_path_of(name)
     if config_path is None:
         raise ModelNotResolved(
             f"cannot resolve model {name!r} offline: it is not one of "
             f"{', '.join(f.reference_model for f in rules.families.values())}, not a folder with a config.json, "
             "and not in the local Hugging Face cache. Pass --arch FAMILY instead, or download the model first."
         )
-    try:
-        model_type = json.loads(config_path.read_text()).get("model_type")
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelNotResolved(f"cannot read {config_path}: {e}") from e
+    model_type = read_config(config_path).get("model_type")
     if not model_type:
         raise ModelNotResolved(f"{config_path} has no model_type; pass --arch FAMILY instead.")
     family = rules.family_of_model_type(model_type)
@@ -47,6 +44,28 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
             "pass --arch FAMILY, or add the model_type to that file."
         )
     return ResolvedModel(name, family, model_type, config_path)
+
+
+def read_config(path: Path) -> dict:
+    """A config.json as a dict, or ModelNotResolved with a sentence (unreadable, not UTF-8, not JSON, not an object)."""
+    try:
+        config = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ModelNotResolved(f"cannot read {path}: {e.strerror or e}.") from e
+    except UnicodeDecodeError as e:
+        raise ModelNotResolved(f"{path} is not UTF-8 text, so not a config.json.") from e
+    except json.JSONDecodeError as e:
+        raise ModelNotResolved(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from e
+    if not isinstance(config, dict):
+        raise ModelNotResolved(
+            f"{path} holds a JSON {type(config).__name__}, not a model config (an object)."
+        )
+    return config
+
+
+def config_path_of(name: str) -> Path | None:
+    """config.json of a local folder (or the file itself) or of an HF id in the local cache, or None."""
+    return _local_config(name) or _cached_config(name)
 
 
 def _local_config(name: str) -> Path | None:

@@ -14,11 +14,12 @@ from advisor.rules import Metric, Rules, load_rules
 
 @dataclass(frozen=True)
 class Constraints:
-    max_memory: float | None = None  # GB, in the memory metric's unit
+    max_memory: float | None = None  # GB of accelerator memory (never compared with host RAM)
     max_time: float | None = None  # s/epoch, in the time metric's unit
     optimizers: tuple[str, ...] = ()
     exclude_optimizers: tuple[str, ...] = ()
     strategies: tuple[str, ...] = ()
+    fit: object | None = None  # an advisor.fit.FitAnswer: the user's model on the user's accelerator
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Entry:
         None  # the figure as its source states it, when converted ('18.64 percent of 256 GB')
     )
     ci95: tuple[float, float] | None = None  # 95 % interval of the mean over seeds
+    predicted: bool = False  # the value is advisor fit's prediction, not a measurement
 
     def as_dict(self) -> dict:
         d = dict(
@@ -53,6 +55,7 @@ class Entry:
             tied=self.tied,
             stated=self.stated,
             ci95=list(self.ci95) if self.ci95 else None,
+            predicted=self.predicted,
         )
         if self.reason is not None:
             d["reason"] = self.reason
@@ -78,6 +81,8 @@ class Answer:
     tie_break: str | None = None  # what picked the pick among configurations of practically equal means
     tied_with: list[Entry] = field(default_factory=list)  # every configuration tied with the pick
     mixed_protocols: dict[str, list[str]] = field(default_factory=dict)  # settings -> configurations, if > 1
+    notes: list[str] = field(default_factory=list)  # what the answer did not do with the question, and why
+    model: dict | None = None  # the user's model: name, parameters, accelerator, the evidence model's size
 
     def as_dict(self, rules: Rules) -> dict:
         measure = rules.measures.get(self.measure) if self.measure else None
@@ -107,6 +112,8 @@ class Answer:
             "tie_break": self.tie_break,
             "tied_with": [e.as_dict() for e in self.tied_with],
             "mixed_protocols": self.mixed_protocols,
+            "notes": self.notes,
+            "model": self.model,
             "other_evidence": [g.as_dict() for g in self.other_groups],
         }
 
@@ -126,9 +133,18 @@ def recommend(
     `evidence` caches each group's aggregates when one caller asks several questions (the flowchart)."""
     rules = rules or load_rules()
     group, others = select_group(conn, rules, family, source, model)
-    cache = {} if evidence is None else evidence
-    ev = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
+    if constraints.fit is not None and metric == "memory":  # ranked by prediction: a group of its own
+        ev = GroupEvidence(conn, group, rules)
+        ev.use_prediction(
+            "memory", "predicted_gb", {(r.optimizer, r.strategy): r.total for r in constraints.fit.rows}
+        )
+    else:
+        cache = {} if evidence is None else evidence
+        ev = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
     answer = rank_group(ev, rules.metric(metric), constraints, others)
+    if constraints.fit is not None:
+        answer.model = model_summary(constraints.fit, group)
+        answer.notes += constraints.fit.beyond
     answer.validation = validation(conn, group.hardware)
     protocols = group_protocols(conn, group)
     answer.mixed_protocols = protocols if len(protocols) > 1 else {}
@@ -147,9 +163,10 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     candidates: list[tuple[Cell, Stat]] = []
     passed: list[Cell] = []  # every configuration no filter or constraint excluded
     unusable = ev.unusable()
+    memory_checked = _memory_check(ev, constraints, answer)
     for key, cell in sorted(ev.cells.items()):
         stat = ev.stat(cell, metric.name)
-        reason = unusable.get(key) or _exclusion(ev, cell, constraints)
+        reason = unusable.get(key) or _exclusion(ev, cell, constraints, memory_checked)
         if reason:
             answer.excluded.append(_entry(ev, cell, metric, stat, reason=reason))
             continue
@@ -184,18 +201,28 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     return answer
 
 
-def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints) -> str | None:
-    """Why the user's constraints exclude a usable configuration, or None."""
+def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bool) -> str | None:
+    """Why the user's constraints, or the prediction for their model, exclude a usable configuration."""
     if c.optimizers and cell.optimizer not in c.optimizers:
         return f"not in --optimizer {', '.join(c.optimizers)}"
     if cell.optimizer in c.exclude_optimizers:
         return "not in the optimizers left by --exclude-optimizer"
     if c.strategies and cell.strategy not in c.strategies:
         return f"not in --strategy {', '.join(c.strategies)}"
-    for metric_name, limit, flag in (
-        ("memory", c.max_memory, "--max-memory"),
-        ("time", c.max_time, "--max-time"),
-    ):
+    if c.fit is not None:
+        row = next(
+            (r for r in c.fit.rows if (r.optimizer, r.strategy) == (cell.optimizer, cell.strategy)), None
+        )
+        if row is not None and not row.fits:
+            q = c.fit.question
+            where = q.accelerator.name if q.accelerator else "the --memory budget"
+            return f"predicted {row.total:.1f} GB > {q.budget_gb:.1f} GB on {where} (advisor fit)"
+        if row is not None and c.max_memory is not None and row.total > c.max_memory:
+            return f"predicted {row.total:.1f} GB exceeds --max-memory {c.max_memory:g} GB (advisor fit)"
+    limits = [("time", c.max_time, "--max-time")] + (
+        [("memory", c.max_memory, "--max-memory")] if memory_checked else []
+    )
+    for metric_name, limit, flag in limits:
         if limit is None:
             continue
         value, unit = ev.value(cell, metric_name), ev.rules.metric(metric_name).unit
@@ -204,6 +231,48 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints) -> str | None:
         if value > limit:
             return f"exceeds {flag} {limit:g} {unit}"
     return None
+
+
+def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
+    """Whether --max-memory is checked against the evidence's own figures: only figures of accelerator
+    memory (never host RAM). With a prediction, the prediction is what is checked."""
+    if c.max_memory is None or c.fit is not None:
+        return False
+    measure = ev.measure("memory")
+    if measure is not None and ev.rules.measures[measure].accelerator:
+        return True
+    stated = ev.rules.measures[measure].label if measure else "no memory figure"
+    answer.notes.append(
+        f"--max-memory {c.max_memory:g} GB means accelerator memory, and this evidence states only {stated}: "
+        "not applied. Pass --model with --gpu (or --memory) to check what fits by prediction."
+    )
+    return False
+
+
+def model_summary(fit, group: Group) -> dict:
+    """The user's model as the answer names it, and a warning when the evidence's model is far from its size."""
+    q = fit.question
+    out = {
+        "name": q.model.name,
+        "parameters": fit.n_params,
+        "accelerator": q.accelerator.name if q.accelerator else None,
+        "memory_gb": round(q.budget_gb, 3),
+        "dtype": q.dtype,
+        "batch_size": q.batch_size,
+        "seq_len": q.seq_len,
+        "evidence_parameters": group.n_params,
+        "warning": None,
+    }
+    if group.n_params:
+        ratio = fit.n_params / group.n_params
+        if ratio >= 10 or ratio <= 0.1:
+            size = "larger" if ratio > 1 else "smaller"
+            out["warning"] = (
+                f"your model ({fit.n_params / 1e9:.3g} B parameters) is {max(ratio, 1 / ratio):.0f}x {size} than "
+                f"the evidence's {group.model} ({group.n_params / 1e9:.3g} B): rankings measured at one scale need "
+                "not hold at the other. Fit and memory are predicted for your model; the ranking is not."
+            )
+    return out
 
 
 def _tied(rules: Rules, metric: Metric, a: Stat, b: Stat) -> bool:
@@ -281,6 +350,7 @@ def _entry(
         reason=reason,
         stated=stat.stated if stat else None,
         ci95=stat.ci if stat else None,
+        predicted=stat.predicted if stat else False,
     )
 
 
@@ -294,6 +364,8 @@ def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
     for e in answer.excluded:
         reason = e.reason or ""
         kind = reason.split(" (")[0].split(":")[0] if not reason.startswith("not in") else reason
+        if reason.startswith("predicted"):
+            kind = "predicted not to fit your model on your accelerator (advisor fit)"
         counts[kind] = counts.get(kind, 0) + 1
     parts = [f"{n} {'configuration' if n == 1 else 'configurations'}: {k}" for k, n in counts.items()]
     no_fig = sum(h.startswith("no ") and "figure" in h for h in answer.holes)

@@ -28,6 +28,8 @@ def _with_ci(value: float, ci) -> str:
 
 
 def _seeds(e: Entry) -> str:
+    if e.predicted:
+        return "predicted (advisor fit)"
     if e.seeds > 1 and e.ci95 is not None:
         return f"{e.seeds} seeds, 95% CI {e.ci95[0]:.4g}–{e.ci95[1]:.4g}"
     return "1 run" if e.seeds == 1 else f"{e.seeds} runs"
@@ -42,6 +44,8 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
         parts.append(_excluded_table(answer.excluded))
     if answer.holes:
         parts.append(Text("Holes in the evidence: " + "; ".join(answer.holes) + ".", style="yellow"))
+    for note in answer.notes:
+        parts.append(Text(note, style="bold yellow"))
     if answer.mixed_protocols:
         mixed = "; ".join(f"{p}: {', '.join(cfgs)}" for p, cfgs in answer.mixed_protocols.items())
         parts.append(
@@ -88,12 +92,24 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
                 f"\ntied ({how}) with {n} other configuration{'s' if n > 1 else ''}, marked ≈; {why}",
                 style="yellow",
             )
-        if pick.seeds == 1:
+        if pick.seeds == 1 and not pick.predicted:
             body.append("\nsingle-seed evidence: one run per configuration, no interval", style="yellow")
     else:
         body.append("No recommendation", style="bold red")
         body.append(f"\n{answer.why_none}")
     body.append(f"\nEvidence: {answer.group.label}", style="cyan")
+    m = answer.model
+    if m:
+        where = m["accelerator"] or f"a {m['memory_gb']:g} GB budget"
+        tokens = f" × {m['seq_len']} tokens" if m["seq_len"] else ""
+        body.append(
+            f"\nYour model: {m['name']}, {m['parameters'] / 1e9:.3g} B parameters, on {where} "
+            f"({m['dtype']}, micro-batch {m['batch_size']}{tokens}): configurations predicted not to fit "
+            "are excluded",
+            style="cyan",
+        )
+        if m["warning"]:
+            body.append(f"\n{m['warning']}", style="bold yellow")
     v = answer.validation
     if v and v["passed"]:
         body.append(
@@ -291,3 +307,129 @@ def claims_view(verdicts) -> RenderableType:
     counts = ", ".join(f"{sum(v.verdict == k for v in verdicts)} {k}" for k in style)
     groups = sorted({g for v in verdicts for g in v.evidence})
     return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))
+
+
+def fit_view(answer) -> RenderableType:
+    """`advisor fit`: the model and accelerator, every configuration, where the memory goes, how to run it."""
+    q, rows = answer.question, answer.rows
+    head = Text()
+    family = q.model.family or "unknown family"
+    head.append(f"{q.model.name}", style="bold")
+    head.append(
+        f" ({q.model.model_type or 'reference model'}, {family}) · {answer.n_params / 1e9:.3g} B parameters\n"
+    )
+    where = q.accelerator.name if q.accelerator else "a custom budget"
+    head.append(f"{where}: {q.budget_gb:.1f} GB · {q.dtype} · micro-batch {q.batch_size}")
+    head.append(f" × {q.seq_len} tokens" if q.seq_len else "")
+    head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
+    head.append(f" · accumulation {q.accumulation_steps} · attention {answer.attention}\n")
+    fitting = answer.fitting
+    if fitting:
+        best = fitting[0]
+        speed = f", {best.predicted_step_s:.3g} s/step" if best.predicted_step_s else ""
+        head.append(f"{len(fitting)} of {len(rows)} configurations fit. ", style="bold green")
+        head.append(f"First: {best.optimizer} + {best.strategy} ({best.total:.1f} GB{speed})")
+    else:
+        head.append(f"None of {len(rows)} configurations fits.", style="bold red")
+    cache = (
+        "every prediction from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
+    )
+    head.append(f"\n{cache}", style="dim")
+    parts = [Panel(head, title="advisor fit", title_align="left", border_style="green" if fitting else "red")]
+    parts += [_fit_table(answer), _memory_table(answer)]
+    shown = fitting[0] if fitting else min(rows, key=lambda r: r.total)
+    label = "Run it" if fitting else "The smallest configuration"
+    parts.append(
+        Text(f"{label} ({shown.optimizer} + {shown.strategy}) with Hugging Face Trainer:", style="bold")
+    )
+    parts.append(Text(shown.trainer_code + "\n"))
+    if answer.beyond:
+        beyond = Text("Beyond this tool's grid\n", style="bold yellow")
+        for line in answer.beyond:
+            beyond.append(f"• {line}\n")
+        parts.append(beyond)
+    notes = Text("Assumptions\n", style="bold")
+    notes.append(
+        f"• Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}\n",
+        style="dim",
+    )
+    for a in answer.assumptions:
+        notes.append(f"• {a}\n", style="dim")
+    parts.append(notes)
+    return RGroup(*parts)
+
+
+SHORT_STRATEGY = {"checkpointing+accumulation": "ckpt+accum"}  # tables must fit 80 columns
+
+
+def _fit_table(answer) -> Table:
+    table = Table(
+        title="Configurations (fits first, fastest first)", title_justify="left", box=None, pad_edge=False
+    )
+    for col in (
+        "optimizer",
+        "strategy",
+        "fits",
+        "GB",
+        "max batch",
+        "s/step",
+        "tokens/s" if answer.question.seq_len else "samples/s",
+    ):
+        table.add_column(
+            col, justify="left" if col in ("optimizer", "strategy", "fits") else "right", no_wrap=True
+        )
+    for r in answer.rows:
+        rate = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
+        table.add_row(
+            r.optimizer,
+            SHORT_STRATEGY.get(r.strategy, r.strategy),
+            "[green]✓[/green]" if r.fits else "[red]✗[/red]",
+            f"{r.total:.1f}",
+            str(r.max_batch_size) if r.max_batch_size else "—",
+            fmt(r.predicted_step_s),
+            rate,
+        )
+    return table
+
+
+def _memory_table(answer) -> Table:
+    table = Table(
+        title="Where the memory goes (GB, at the step's peak)", title_justify="left", box=None, pad_edge=False
+    )
+    cols = {
+        "parameters": "params",
+        "gradients": "grads",
+        "optimizer_state": "state",
+        "activations": "acts",
+        "temporaries": "temps",
+        "overhead": "other",
+        "total": "total",
+    }
+    table.add_column("optimizer", no_wrap=True)
+    table.add_column("strategy", no_wrap=True)
+    for header in cols.values():
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in answer.rows:
+        table.add_row(
+            r.optimizer, SHORT_STRATEGY.get(r.strategy, r.strategy), *(f"{r.memory_gb[c]:.1f}" for c in cols)
+        )
+    return table
+
+
+def gpus_view(rules: Rules) -> Table:
+    from advisor.accelerators import memory_gb
+
+    table = Table(
+        title="Accelerators (rules/hardware.toml)", title_justify="left", show_edge=False, pad_edge=False
+    )
+    for col in ("--gpu", "name", "memory GB", "bf16", "fp16", "fp32 TFLOP/s", "GB/s"):
+        table.add_column(col)
+    for key, a in rules.accelerators.items():
+        table.add_row(
+            key,
+            a.name,
+            f"{memory_gb(a):.1f}",
+            *(fmt(a.tflops.get(p)) for p in ("bf16", "fp16", "fp32")),
+            fmt(a.bandwidth_gbs),
+        )
+    return table

@@ -32,6 +32,7 @@ class Measure:
     factor: float = 1.0
     scale: str | None = None  # a column of `runs` the value is multiplied by
     note: str | None = None
+    accelerator: bool = False  # memory of the accelerator (what --max-memory means), not host RAM
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,18 @@ class Family:
 
 
 @dataclass(frozen=True)
+class Accelerator:
+    key: str
+    name: str
+    aliases: tuple[str, ...]
+    memory_gib: float | None  # None: the host's RAM, read when asked (rules/hardware.toml: memory_from_host)
+    tflops: dict  # precision -> dense peak TFLOP/s; a precision the chip lacks is absent
+    bandwidth_gbs: float | None
+    source: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Rules:
     metrics: dict[str, Metric]
     measures: dict[str, Measure]
@@ -56,6 +69,9 @@ class Rules:
     optimizers: tuple[str, ...]
     strategies: tuple[str, ...]
     presets: tuple[str, ...]
+    accelerators: dict[str, Accelerator]
+    fit: dict  # rules/fit.toml: headroom, overheads, default utilization, each with its source
+    architectures: dict[str, str]  # class-name suffix -> family whose inputs and loss fit uses
 
     def family(self, name: str) -> Family:
         """The family named by a family name, an alias or a reference model name (case-insensitive)."""
@@ -90,7 +106,8 @@ def rules_dir() -> Path:
 def load_rules(directory: str | None = None) -> Rules:
     """Load and cross-check every rules file (cached: the rules do not change during a process)."""
     base = Path(directory) if directory else rules_dir()
-    raw = {name: _read(base / f"{name}.toml") for name in ("metrics", "families", "flowchart", "caveats")}
+    files = ("metrics", "families", "flowchart", "caveats", "hardware", "fit")
+    raw = {name: _read(base / f"{name}.toml") for name in files}
     measures = {n: Measure(name=n, **m) for n, m in raw["metrics"].get("measures", {}).items()}
     metrics = {}
     for name, m in raw["metrics"].get("metrics", {}).items():
@@ -122,7 +139,29 @@ def load_rules(directory: str | None = None) -> Rules:
         optimizers=tuple(raw["families"]["optimizers"]),
         strategies=tuple(raw["families"]["strategies"]),
         presets=tuple(raw["families"]["presets"]),
+        accelerators=_accelerators(raw["hardware"]),
+        fit=raw["fit"],
+        architectures=dict(raw["families"].get("architectures", {})),
     )
+
+
+def _accelerators(raw: dict) -> dict[str, Accelerator]:
+    out = {}
+    for key, a in raw.get("accelerators", {}).items():
+        try:
+            out[key] = Accelerator(
+                key=key,
+                name=a["name"],
+                aliases=tuple(a.get("aliases", ())),
+                memory_gib=None if a.get("memory_from_host") else float(a["memory_gib"]),
+                tflops=dict(a.get("tflops", {})),
+                bandwidth_gbs=a.get("bandwidth_gbs"),
+                source=a["source"],
+                note=a.get("note"),
+            )
+        except KeyError as e:
+            raise RulesError(f"hardware.toml: accelerator {key} needs {e.args[0]}") from e
+    return out
 
 
 def _families(raw: dict) -> dict[str, Family]:

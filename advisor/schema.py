@@ -115,6 +115,28 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE epochs ADD COLUMN gpu_device_mem_gb REAL;
         """,
     ),
+    (
+        "0006_predictions",
+        """
+        CREATE TABLE predictions (             -- `advisor fit`: traced training steps, never mixed with runs
+            key TEXT PRIMARY KEY,              -- hash of all the prediction depends on (advisor/fit.py)
+            model TEXT NOT NULL,               -- as asked: a reference name, a folder, a Hugging Face id
+            config_hash TEXT NOT NULL,         -- sha256 of the model's config
+            model_type TEXT,
+            family TEXT,                       -- NULL: no family of rules/families.toml lists the model_type
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            dtype TEXT NOT NULL,               -- fp32, bf16-mixed, fp16-mixed, bf16
+            seq_len INTEGER,                   -- text tokens per sample; NULL for images alone
+            image_size INTEGER,
+            device TEXT NOT NULL,              -- cuda, cpu: which optimizer implementations were traced
+            software TEXT NOT NULL,            -- JSON: torch, transformers, the engine's version
+            payload TEXT NOT NULL,             -- JSON: per phase, the lines of its peak in the batch; FLOPs
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX predictions_model ON predictions (config_hash, dtype, seq_len, image_size);
+        """,
+    ),
 ]
 KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
 

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -187,8 +188,9 @@ def is_stored(conn: sqlite3.Connection, run: dict) -> bool:
     return row is not None
 
 
-def write_runs(conn: sqlite3.Connection, runs: list[dict]) -> tuple[int, int]:
-    """Insert runs (with metrics and epochs) in one transaction; skip exact repeats. Returns (added, skipped)."""
+def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dict] = ()) -> tuple[int, int]:
+    """Insert runs (with metrics and epochs) and validations in one transaction; skip exact repeats.
+    Returns (runs added, runs skipped)."""
     added = skipped = 0
     with transaction(conn):
         for run in runs:
@@ -197,7 +199,22 @@ def write_runs(conn: sqlite3.Connection, runs: list[dict]) -> tuple[int, int]:
                 continue
             insert_run(conn, run)
             added += 1
+        for row in validations:
+            _insert_validation(conn, row)
     return added, skipped
+
+
+def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
+    """One validation row, unless the KB has it (same hardware, check, model and time)."""
+    row = {k: v for k, v in row.items() if k != "id"}
+    if not isinstance(row.get("software", "{}"), str):
+        row["software"] = json.dumps(row["software"], sort_keys=True)
+    same = conn.execute(
+        "SELECT 1 FROM validations WHERE hardware = ? AND name = ? AND model IS ? AND created_at = ?",
+        [row["hardware"], row["name"], row.get("model"), row["created_at"]],
+    ).fetchone()
+    if same is None:
+        _insert(conn, "validations", row)
 
 
 def claim_run(
@@ -268,6 +285,33 @@ def mark_crashed(conn: sqlite3.Connection, alive: Callable[[str | None], bool]) 
                 [f"the process that ran it ({tag}) ended before the run did", now(), run_id],
             )
     return len(stale)
+
+
+def add_predictions(conn: sqlite3.Connection, rows: list[dict]) -> None:
+    """`advisor fit`'s predictions (replacing one with the same key), in one transaction."""
+    stamp = now()
+    with transaction(conn):
+        for row in rows:
+            row = {**row, "created_at": stamp}
+            for key in ("software", "payload"):
+                row[key] = json.dumps(row[key], sort_keys=True)
+            conn.execute("DELETE FROM predictions WHERE key = ?", [row["key"]])
+            _insert(conn, "predictions", row)
+
+
+@dataclass
+class Check:
+    """One check of `advisor validate` (or of bench/fit_accuracy.py), as the validations table holds it."""
+
+    name: str
+    model: str | None
+    passed: bool
+    value: float
+    tolerance: float
+    detail: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def add_validations(conn: sqlite3.Connection, machine: dict, preset: str, checks) -> None:

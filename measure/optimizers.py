@@ -1,31 +1,57 @@
-"""The optimizers of the grid: torch.optim's five, and our nonlinear conjugate gradient (torch has none)."""
+"""The optimizers: torch.optim's SGD (plain and with momentum), Adam, AdamW, Adagrad, Adadelta,
+transformers' Adafactor, and our nonlinear conjugate gradient (torch has none)."""
 
 from __future__ import annotations
 
 import torch
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adagrad", "adadelta", "cgd", "adafactor")
+MOMENTUM = 0.9  # sgd-momentum: the conventional heavy-ball coefficient
+WEIGHT_DECAY = 0.01  # adamw: torch's default decoupled weight decay
 
 # Learning rates for the tiny and small presets, where the paper's per-model rate does not apply: each
 # optimizer's conventional default (torch's own where it has one; SGD and CGD have none, these train the
 # small models stably). The paper preset uses the paper's one rate per model for every optimizer.
-DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3, "adamw": 1e-3, "adagrad": 1e-2, "adadelta": 1.0, "cgd": 0.05}
+DEFAULT_LR = {
+    "sgd": 0.1,
+    "sgd-momentum": 0.01,
+    "adam": 1e-3,
+    "adamw": 1e-3,
+    "adagrad": 1e-2,
+    "adadelta": 1.0,
+    "cgd": 0.05,
+    "adafactor": 1e-3,
+}
 
 
-def make_optimizer(name: str, params, lr: float, **cgd_options) -> torch.optim.Optimizer:
-    """An optimizer by grid name; cgd_options go to ConjugateGradient (ignored by the others)."""
+def make_optimizer(
+    name: str, params, lr: float, cuda_defaults: bool = False, **cgd_options
+) -> torch.optim.Optimizer:
+    """An optimizer by name; cgd_options go to ConjugateGradient (ignored by the others).
+
+    cuda_defaults: build the implementation a CUDA run gets (torch's foreach kernels, and the fused AdamW
+    that Trainer's default `adamw_torch_fused` selects) even where the parameters are not on a GPU, as
+    `advisor fit` needs when it traces a GPU step on the CPU. Otherwise torch chooses by device."""
     if name == "cgd":
         return ConjugateGradient(params, lr=lr, **cgd_options)
-    torch_optimizers = {
-        "sgd": torch.optim.SGD,
-        "adam": torch.optim.Adam,
-        "adamw": torch.optim.AdamW,
-        "adagrad": torch.optim.Adagrad,
-        "adadelta": torch.optim.Adadelta,
+    if name == "adafactor":  # as Trainer's optim="adafactor" builds it: a fixed rate, no relative step
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False)
+    impl = {"foreach": True} if cuda_defaults else {}
+    builders = {
+        "sgd": lambda: torch.optim.SGD(params, lr=lr, **impl),
+        "sgd-momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, **impl),
+        "adam": lambda: torch.optim.Adam(params, lr=lr, **({"fused": True} if cuda_defaults else {})),
+        "adamw": lambda: torch.optim.AdamW(
+            params, lr=lr, weight_decay=WEIGHT_DECAY, **({"fused": True} if cuda_defaults else {})
+        ),
+        "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, **impl),
+        "adadelta": lambda: torch.optim.Adadelta(params, lr=lr, **impl),
     }
-    if name not in torch_optimizers:
+    if name not in builders:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
-    return torch_optimizers[name](params, lr=lr)
+    return builders[name]()
 
 
 class ConjugateGradient(torch.optim.Optimizer):

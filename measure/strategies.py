@@ -27,12 +27,22 @@ def window_size(strategy: str, accumulation_steps: int) -> int:
 
 
 def prepare(model, strategy: str) -> None:
-    """Switch transformers' activation checkpointing on (non-reentrant: RNG state and kwargs preserved)."""
+    """Switch transformers' activation checkpointing on for the checkpointing strategies."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if uses_checkpointing(strategy):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        enable_checkpointing(model)
+
+
+def enable_checkpointing(model) -> None:
+    """transformers' activation checkpointing, non-reentrant (RNG state and kwargs preserved). Releases
+    before transformers 5.2x name it gradient_checkpointing_enable."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False
 
 
 def to_device(batch: dict, device: torch.device) -> dict:

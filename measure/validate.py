@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from advisor.store import Check
 from measure import strategies
 from measure.data import batches, load
 from measure.families.base import IGNORE
@@ -27,26 +27,6 @@ LOSS_RTOL = 1e-5
 MONITOR_BUDGET = 0.01  # the sampler may take 1 % of the wall time
 # CG is exact in n steps in exact arithmetic; in float64 at condition 100 the lost conjugacy leaves ~1e-7
 CGD_RTOL = 1e-6
-
-
-@dataclass
-class Check:
-    name: str
-    model: str | None
-    passed: bool
-    value: float
-    tolerance: float
-    detail: str
-
-    def as_dict(self) -> dict:
-        return dict(
-            name=self.name,
-            model=self.model,
-            passed=self.passed,
-            value=self.value,
-            tolerance=self.tolerance,
-            detail=self.detail,
-        )
 
 
 def run_checks(models: list[str], preset: str, accumulation_steps: int = 4) -> list[Check]:

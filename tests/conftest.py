@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Two xdist workers share two cores: one math thread each, or torch's pools oversubscribe them (2x slower).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_KB = REPO / "kb" / "results.sqlite"

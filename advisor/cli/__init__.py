@@ -1,8 +1,8 @@
 """The `advisor` command line: thin click commands that parse, call one domain function, and render.
 
-Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `measuring.py`
-(measure, validate), `kb_commands.py` (the kb group); `params.py` holds what they share (option
-decorators, parameter types, the domain-error translation).
+Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `fitting.py` (fit),
+`measuring.py` (measure, validate), `kb_commands.py` (the kb group); `params.py` holds what they share
+(option decorators, parameter types, the domain-error translation).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from advisor.cli import answering, kb_commands, measuring
+from advisor.cli import answering, fitting, kb_commands, measuring
 from advisor.cli.params import CONTEXT
 
 
@@ -27,7 +27,7 @@ def cli():
     """
 
 
-for _module in (answering, measuring, kb_commands):
+for _module in (answering, fitting, measuring, kb_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

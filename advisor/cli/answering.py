@@ -9,6 +9,7 @@ import click
 from advisor.cli.params import (
     CONTEXT,
     FamilyType,
+    FiniteFloat,
     MetricType,
     console,
     db_option,
@@ -44,15 +45,26 @@ from advisor.rules import load_rules
 )
 @click.option(
     "--max-memory",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     metavar="GB",
-    help="Exclude configurations above this memory.",
+    help="Exclude configurations above this accelerator memory (never compared with host RAM).",
 )
 @click.option(
     "--max-time",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     metavar="S",
     help="Exclude configurations slower than this (s/epoch).",
+)
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    help="With --model: exclude configurations predicted not to fit on this accelerator (advisor fit).",
+)
+@click.option(
+    "--memory",
+    type=FiniteFloat(min=0, min_open=True),
+    metavar="GB",
+    help="With --model: the accelerator memory budget instead of (or overriding) --gpu's.",
 )
 @names_option("--optimizer", "optimizers", "optimizer", "Only these optimizers (repeatable).")
 @names_option(
@@ -69,7 +81,19 @@ from advisor.rules import load_rules
 @json_option
 @domain_errors
 def recommend(
-    arch, model, metric, max_memory, max_time, optimizers, exclude_optimizers, strategies, source, db, as_json
+    arch,
+    model,
+    metric,
+    max_memory,
+    max_time,
+    gpu,
+    memory,
+    optimizers,
+    exclude_optimizers,
+    strategies,
+    source,
+    db,
+    as_json,
 ):
     """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
 
@@ -77,6 +101,7 @@ def recommend(
     Examples:
         advisor recommend --arch encoder --optimize memory
         advisor recommend --model ./my-bert --optimize time --max-memory 40
+        advisor recommend --model tests/fixtures/configs/Llama-3.1-8B --gpu A100-80GB --optimize time
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
     from advisor.model_ref import resolve_model
@@ -87,17 +112,25 @@ def recommend(
     rules = load_rules()
     if bool(arch) == bool(model):
         raise click.UsageError("pass exactly one of --arch FAMILY or --model NAME.")
-    model_name = None
+    if (gpu or memory) and not model:
+        raise click.UsageError("--gpu and --memory predict what fits your model: pass --model too.")
+    model_name = fitted = None
     if model:
         resolved = resolve_model(model, rules)
         arch, model_name = resolved.family.name, resolved.name
     conn = open_for_reading(db, source)
+    if model and (gpu or memory or max_memory is not None):
+        from advisor.cli.fitting import fit_question, predict_fit
+
+        budget = memory if memory is not None or gpu else max_memory
+        fitted = predict_fit(fit_question(model, rules, gpu, budget), rules, None)
     constraints = Constraints(
         max_memory=max_memory,
         max_time=max_time,
         optimizers=optimizers,
         exclude_optimizers=exclude_optimizers,
         strategies=strategies,
+        fit=fitted,
     )
     answer = do_recommend(conn, arch, metric, constraints, source=source, model=model_name, rules=rules)
     if as_json:

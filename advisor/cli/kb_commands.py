@@ -98,10 +98,14 @@ def export(fmt, source, output, db):
         advisor kb export --source measured -o my-runs.json
         advisor kb export --format csv > figures.csv
     """
-    from advisor.export import FORMATS
+    from advisor.export import runs_csv, runs_json
 
-    data = kbmod.export_runs(open_for_reading(db, source), source=source)
-    text = FORMATS[fmt](data)
+    conn = open_for_reading(db, source)
+    data = kbmod.export_runs(conn, source=source)
+    # validations belong to hardware, not to a source: a whole-KB export carries them
+    text = (
+        runs_csv(data) if fmt == "csv" else runs_json(data, [] if source else kbmod.export_validations(conn))
+    )
     if output:
         output.write_text(text)
         click.echo(f"Wrote {len(data)} runs to {output}.", err=True)

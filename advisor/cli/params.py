@@ -83,6 +83,18 @@ class NameType(click.ParamType):
 STATUS = click.Choice(STATUSES)
 
 
+class FiniteFloat(click.FloatRange):
+    """A float range that also refuses nan and infinity (click's FloatRange lets nan through)."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def names_option(flag: str, dest: str, kind: str, help: str):
     """A repeatable --optimizer/--strategy-like option whose values the rules must know."""
     return click.option(flag, dest, type=NameType(kind), multiple=True, metavar="NAME", help=help)

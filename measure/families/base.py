@@ -67,9 +67,23 @@ class Family:
         """Cross-entropy summed over the batch's targets (never averaged: the accumulation window divides once)."""
         raise NotImplementedError
 
+    def fit_batch(self, config, batch_size: int, seq_len: int, image_size: int | None) -> dict:
+        """One micro-batch as a Hugging Face Trainer step sees it (inputs and labels, the model computes its
+        loss), full length with no padding: what `advisor fit` traces. Torch tensors."""
+        raise NotImplementedError
+
+    def fit_sizes(self, config) -> dict:
+        """The data sizes a config implies, for `advisor fit`'s defaults: seq_len (text), image_size (images),
+        max_seq_len (the longest sequence the model takes; None where unbounded or not text)."""
+        raise NotImplementedError
+
 
 class TextFamily(Family):
     """A family trained on the plots' text alone (encoder, decoder): byte-level ids of varied length."""
+
+    def fit_sizes(self, config) -> dict:
+        longest = max_positions(config)
+        return {"seq_len": min(2048, longest or 2048), "image_size": None, "max_seq_len": longest}
 
     def shape_of(self, config) -> Shape:
         return Shape(seq_len=64, vocab_size=text_vocab(config))
@@ -103,6 +117,24 @@ def next_token_loss(logits, labels):
 
     shifted = logits[:, :-1].flatten(0, 1).float()  # (batch * (seq-1), vocab)
     return F.cross_entropy(shifted, labels[:, 1:].flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence a text config takes (max_position_embeddings, n_positions), None if unbounded."""
+    text = getattr(config, "text_config", config)
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def token_ids(config, batch_size: int, seq_len: int):
+    """(batch, seq) of one ordinary token id (values never matter to memory, only shapes)."""
+    import torch
+
+    vocab = getattr(getattr(config, "text_config", config), "vocab_size", 1000)
+    return torch.full((batch_size, seq_len), min(100, vocab - 1), dtype=torch.long)
 
 
 def text_vocab(config) -> int:

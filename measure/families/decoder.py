@@ -13,6 +13,7 @@ from measure.families.base import (
     model_inputs,
     next_token_loss,
     pad,
+    token_ids,
 )
 from measure.tokenizer import BYTE_VOCAB, PAD, SPECIAL_IDS
 
@@ -71,3 +72,7 @@ class Decoder(TextFamily):
 
     def summed_loss(self, model, batch):
         return next_token_loss(model(**model_inputs(batch)).logits, batch["labels"])
+
+    def fit_batch(self, config, batch_size, seq_len, image_size):
+        ids = token_ids(config, batch_size, seq_len)
+        return {"input_ids": ids, "labels": ids.clone()}

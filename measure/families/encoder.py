@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from measure.families import register
-from measure.families.base import IGNORE, TEXT_SIZES, Shape, TextFamily, model_inputs, pad
+from measure.families.base import IGNORE, TEXT_SIZES, Shape, TextFamily, model_inputs, pad, token_ids
 from measure.tokenizer import BOS, BYTE_VOCAB, EOS, MASK, PAD, SPECIAL_IDS
 
 MASK_RATE = 0.15  # the masked-LM convention (BERT, ModernBERT)
@@ -58,3 +58,9 @@ class Encoder(TextFamily):
         return F.cross_entropy(
             logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum"
         )
+
+    def fit_batch(self, config, batch_size, seq_len, image_size):
+        ids = token_ids(config, batch_size, seq_len)
+        labels = ids.clone()
+        labels[:, [i for i in range(seq_len) if i % round(1 / MASK_RATE)]] = IGNORE  # ~15 % of positions
+        return {"input_ids": ids, "labels": labels}

@@ -56,3 +56,15 @@ class Vision(Family):
 
         logits = model(**model_inputs(batch)).logits  # (batch, classes)
         return F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
+
+    def fit_sizes(self, config):
+        return {"seq_len": None, "image_size": self.shape_of(config).image_size, "max_seq_len": None}
+
+    def fit_batch(self, config, batch_size, seq_len, image_size):
+        import torch
+
+        size = image_size or self.shape_of(config).image_size
+        return {
+            "pixel_values": torch.randn(batch_size, 3, size, size),
+            "labels": torch.zeros(batch_size, dtype=torch.long),
+        }

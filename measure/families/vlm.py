@@ -12,11 +12,13 @@ from measure.families.base import (
     VISION_SIZES,
     Family,
     Shape,
+    max_positions,
     model_inputs,
     next_token_loss,
     pad,
     pixels,
     text_vocab,
+    token_ids,
 )
 from measure.families.decoder import llama_text_config
 from measure.tokenizer import BOS, PAD, SPECIAL_IDS
@@ -116,3 +118,32 @@ class VisionLanguage(Family):
 
     def summed_loss(self, model, batch):
         return next_token_loss(model(**model_inputs(batch)).logits, batch["labels"])
+
+    def fit_sizes(self, config):
+        if not hasattr(config, "vision_config") or not hasattr(config, "image_token_id"):
+            raise ValueError(
+                f"cannot build a training step for model_type {config.model_type!r}: advisor fit knows the "
+                "inputs of Idefics3-style vision-language models (SmolVLM, nanoVLM) only"
+            )
+        return {
+            "seq_len": 128,
+            "image_size": self.shape_of(config).image_size,
+            "max_seq_len": max_positions(config),
+        }
+
+    def fit_batch(self, config, batch_size, seq_len, image_size):
+        """An image's tokens, then seq_len caption tokens; the loss on the caption (as in captioning)."""
+        import torch
+
+        self.fit_sizes(config)  # refuses a VLM whose inputs it does not know
+        shape = self.shape_of(config)
+        if image_size and image_size != shape.image_size:
+            raise ValueError(
+                f"this model's vision tower takes {shape.image_size} px images, not {image_size}"
+            )
+        caption = token_ids(config, batch_size, seq_len)
+        image = torch.full((batch_size, shape.image_tokens), shape.image_token_id, dtype=torch.long)
+        ids = torch.cat([image, caption], dim=1)
+        labels = torch.cat([torch.full_like(image, IGNORE), caption], dim=1)
+        pixels = torch.randn(batch_size, 1, 3, shape.image_size, shape.image_size)
+        return {"input_ids": ids, "labels": labels, "pixel_values": pixels}

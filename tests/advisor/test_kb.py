@@ -155,3 +155,25 @@ def test_processes_creating_one_new_kb_at_once_all_succeed(tmp_path):
         assert sqlite3.connect(path).execute("SELECT count(*) FROM _sqlite_migrations").fetchone() == (
             len(KNOWN_MIGRATIONS),
         )
+
+
+def test_validations_travel_with_an_export(tmp_path, invoke):
+    """advisor validate's checks and fit's GPU checks are evidence too: export and import carry them."""
+    from advisor import store
+    from advisor.store import Check
+
+    source = tmp_path / "source.sqlite"
+    source.write_bytes(SHIPPED_KB.read_bytes())
+    conn = store.open_kb(source)
+    machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {"torch": "2.11"}}
+    store.add_validations(
+        conn, machine, "paper", [Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, -0.002, 0.05, "x")]
+    )
+    conn.close()
+    export = tmp_path / "all.json"
+    assert invoke("kb", "export", "--db", source, "-o", export).exit_code == 0
+    target = tmp_path / "copy.sqlite"
+    assert invoke("kb", "import", export, "--db", target).exit_code == 0
+    assert invoke("kb", "import", export, "--db", target).exit_code == 0  # twice: no duplicate
+    rows = sqlite3.connect(target).execute("SELECT hardware, name, value FROM validations").fetchall()
+    assert rows == [("NVIDIA H200", "fit_tensor_peak_vs_cuda_allocated", -0.002)]

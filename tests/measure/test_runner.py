@@ -30,7 +30,7 @@ def test_every_family_trains_every_optimizer_and_strategy(tmp_path, model):
     results = run_grid(configs, db)
     assert [r.status for r in results] == ["ok"] * len(configs), [(r.config.label, r.error) for r in results]
     runs = rows(db, "SELECT * FROM runs")
-    assert len(runs) == len(RULES.optimizers) * len(STRATEGIES) == 6 * 4
+    assert len(runs) == len(RULES.optimizers) * len(STRATEGIES)
     run = runs[0]
     assert run["source"] == "measured" and run["hardware"].startswith("CPU: ") and run["device"] == "cpu"
     assert run["preset"] == "tiny" and run["n_params"] > 0 and run["pretrained"] == 0

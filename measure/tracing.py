@@ -1,0 +1,223 @@
+"""Tracing a training step without its memory: live tensor bytes by category and phase, and real values
+for what is computed from the inputs alone.
+
+Written here rather than taken from torch's `MemTracker` (torch.distributed._tools.mem_tracker): a
+prediction needs the peak of each phase (forward, backward, optimizer step) with its breakdown, so that
+phases can be extrapolated in depth and batch separately; MemTracker keeps one global peak.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
+from torch.utils.weak import WeakIdKeyDictionary
+
+from advisor.fit import CATEGORIES  # the answer side evaluates what this module records
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of live tensor storage by category, and the peak of each phase with its breakdown.
+
+    A storage is counted once (views share it) from the op that creates it until it is freed. Its category
+    is set by the phase it was created in (forward: activations; backward or optimizer: temporaries) and
+    changed when it becomes a parameter's gradient or an optimizer's state."""
+
+    def __init__(self, timeline: bool = False):
+        super().__init__()
+        self.phase = "setup"
+        self.now = dict.fromkeys(CATEGORIES, 0)
+        self.peaks: dict[str, tuple[int, dict[str, int]]] = {}
+        # with timeline: phase -> (op, live bytes by category after it, in CATEGORIES order) for every op
+        self.timeline: dict[str, list[tuple[str, tuple[int, ...]]]] | None = {} if timeline else None
+        self._storages = WeakIdKeyDictionary()  # storage -> [nbytes, category, weakref]
+
+    @property
+    def total(self) -> int:
+        return sum(self.now.values())
+
+    def track(self, t: torch.Tensor, category: str, retag: bool = False) -> None:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return
+        st = t.untyped_storage()
+        entry = self._storages.get(st)
+        if entry is not None:
+            if st.nbytes() != entry[0]:  # resized in place (an out= op): count its new size
+                self.now[entry[1]] += st.nbytes() - entry[0]
+                entry[0] = st.nbytes()
+            if retag and entry[1] != category:
+                self.now[entry[1]] -= entry[0]
+                self.now[category] += entry[0]
+                entry[1] = category
+            return
+        nbytes = st.nbytes()
+        entry = [nbytes, category, None]
+        entry[2] = weakref.ref(st, lambda _, e=entry: self._free(e))
+        self._storages[st] = entry
+        self.now[category] += nbytes
+
+    def _free(self, entry) -> None:
+        self.now[entry[1]] -= entry[0]
+
+    def track_module(self, module: torch.nn.Module, gradients: bool = True) -> list:
+        """Parameters and buffers as `parameters`; with `gradients`, each gradient retagged once it is
+        accumulated. Returns the hook handles (remove them when done)."""
+        for t in [*module.parameters(), *module.buffers()]:
+            self.track(t, "parameters")
+        if not gradients:
+            return []
+        return [
+            p.register_post_accumulate_grad_hook(lambda p: self.track(p.grad, "gradients", retag=True))
+            for p in module.parameters()
+            if p.requires_grad
+        ]
+
+    def track_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer's state tensors as `optimizer_state` (call after a step)."""
+        for state in optimizer.state.values():
+            tree_map_only(torch.Tensor, lambda t: self.track(t, "optimizer_state", retag=True), state)
+
+    def start(self, phase: str) -> None:
+        self.phase = phase
+        self._note_peak("start")
+
+    def _note_peak(self, op: str) -> None:
+        if self.timeline is not None:
+            self.timeline.setdefault(self.phase, []).append((op, tuple(self.now.values())))
+        total = self.total
+        if total > self.peaks.get(self.phase, (-1, None))[0]:
+            self.peaks[self.phase] = (total, dict(self.now))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        category = "activations" if self.phase.startswith("forward") else "temporaries"
+        tree_map_only(torch.Tensor, lambda t: self.track(t, category), out)
+        self._note_peak(func.__name__)
+        return out
+
+
+class _OpCounter(TorchDispatchMode):
+    """Runs every op and adds what `count` says it cost to `total`."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.total += self.count(func, args, kwargs, out)
+        return out
+
+
+class OpFlops(_OpCounter):
+    """FLOPs of the matrix products, convolutions and attention a step runs, by torch's own formulas
+    (`torch.utils.flop_counter.flop_registry`), plus the CPU flash-attention kernels that registry lacks.
+
+    Written here because `FlopCounterMode` also tracks modules, with hooks that keep each module's outputs
+    alive until backward: under checkpointing that changes the very memory being traced."""
+
+    def count(self, func, args, kwargs, out) -> int:
+        formula = _flop_formulas().get(func._overloadpacket)
+        return formula(*args, **kwargs, out_val=out) if formula is not None else 0
+
+
+class OpTraffic(_OpCounter):
+    """Bytes the ops read and write (every tensor argument read; outputs and arguments an op writes in place
+    written): the memory traffic of a bandwidth-bound phase such as an optimizer step."""
+
+    def count(self, func, args, kwargs, out) -> int:
+        read = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        written = [
+            t
+            for arg, value in zip(func._schema.arguments, args, strict=False)
+            if arg.alias_info is not None and arg.alias_info.is_write
+            for t in tree_flatten(value)[0]
+            if isinstance(t, torch.Tensor)
+        ]
+        ids = {id(t) for t in read}
+        written += [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and id(t) not in ids]
+        return sum(t.nbytes for t in read) + sum(t.nbytes for t in written)
+
+
+def _flop_formulas() -> dict:
+    from torch.utils import flop_counter as fc
+
+    if not hasattr(_flop_formulas, "table"):
+        aten = torch.ops.aten
+
+        def cpu_flash(query, key, value, *args, out_val=None, **kwargs):
+            return fc.sdpa_flop_count(query.shape, key.shape, value.shape)
+
+        def cpu_flash_backward(grad_out, query, key, value, *args, out_val=None, **kwargs):
+            return fc.sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+        _flop_formulas.table = {
+            **fc.flop_registry,
+            aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_flash_backward,
+        }
+    return _flop_formulas.table
+
+
+class ScalarOracle(TorchDispatchMode):
+    """Reading a scalar of a fake tensor (`float(g @ d)`) returns -1 instead of failing: for tracing an
+    optimizer step only, where such scalars steer a branch. Our CGD then keeps its conjugate direction
+    (g·d < 0, beta 1), its ordinary step and the one holding the most memory; the values never change
+    the tensors' sizes."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            return {torch.bool: False}.get(args[0].dtype, -1)
+        return func(*args, **(kwargs or {}))
+
+
+class InputValues(TorchDispatchMode):
+    """Real values for fake tensors computed from the inputs alone, so that data-dependent ops on them
+    (a VLM dropping padding images, counting its image tokens, `.tolist()` of a count) work under fake
+    tensors. Ops that touch any tensor without a value (a parameter) stay fake: no model memory is
+    allocated. Factory ops get a value when small (masks, ranges)."""
+
+    SMALL = 1 << 22  # elements: a factory's output gets a real value up to this size
+
+    def __init__(self, fake_mode):
+        super().__init__()
+        self.fake_mode = fake_mode
+        self.values = WeakIdKeyDictionary()  # fake tensor -> real tensor
+
+    def add(self, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        self.values[fake] = real
+        return fake
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        if not all(t in self.values for t in tensors) or (
+            not tensors and not self._small_factory(func, args, kwargs)
+        ):
+            return func(*args, **kwargs)
+        real_args, real_kwargs = tree_map(
+            lambda a: self.values.get(a, a) if isinstance(a, torch.Tensor) else a, (args, kwargs)
+        )
+        with _disable_current_modes():
+            real_out = func(*real_args, **real_kwargs)
+        if func._schema.is_mutable:  # in place: keep the fake's own result, its value was updated above
+            return func(*args, **kwargs)
+        return tree_map_only(torch.Tensor, self._fake_of, real_out)
+
+    def _fake_of(self, real: torch.Tensor) -> torch.Tensor:
+        with _disable_current_modes():
+            fake = self.fake_mode.from_tensor(real)
+        return self.add(fake, real)
+
+    def _small_factory(self, func, args, kwargs) -> bool:
+        if not func._schema.returns or "Tensor" not in str(func._schema.returns[0].type):
+            return False
+        try:
+            with _disable_current_modes():
+                probe = func(*args, **{**kwargs, "device": "meta"}) if "device" in str(func._schema) else None
+        except Exception:
+            return False
+        return isinstance(probe, torch.Tensor) and probe.numel() <= self.SMALL

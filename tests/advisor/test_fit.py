@@ -1,0 +1,312 @@
+"""`advisor fit` and `recommend --model --gpu`: answers about the user's model on the user's accelerator,
+cached so a repeated question imports no torch; every bad input gets a sentence and an exit code."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from advisor import accelerators
+from advisor.rules import load_rules
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN = REPO / "tests/fixtures/configs/Qwen2-0.5B"
+LLAMA_8B = REPO / "tests/fixtures/configs/Llama-3.1-8B"
+QUICK = (
+    "--seq-len",
+    "256",
+    "--optimizer",
+    "sgd",
+    "--optimizer",
+    "adamw",
+    "--strategy",
+    "standard",
+    "--strategy",
+    "checkpointing",
+)
+
+
+@pytest.fixture(autouse=True)
+def user_dir(tmp_path, monkeypatch):
+    """The user's data directory (where fit caches predictions) is the test's own."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("ADVISOR_DB", raising=False)
+    return tmp_path / "xdg" / "advisor"
+
+
+def fit_json(invoke, *args):
+    result = invoke("fit", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_fit_answers_about_the_model_and_accelerator(invoke, user_dir):
+    out = fit_json(invoke, "--model", QWEN, "--gpu", "T4", *QUICK)
+    assert out["model"] == {
+        "name": str(QWEN),
+        "model_type": "qwen2",
+        "family": "decoder",
+        "parameters": 494_032_768,
+    }
+    assert out["accelerator"]["name"] == "NVIDIA T4" and out["accelerator"]["memory_gb"] == pytest.approx(
+        17.18, abs=0.01
+    )
+    assert out["dtype"] == "fp16-mixed"  # a T4 has no bf16
+    assert len(out["configurations"]) == 4 and out["assumptions"]
+    row = out["configurations"][0]
+    assert set(row["memory_gb"]) == {
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "temporaries",
+        "overhead",
+        "tensor_peak",
+        "total",
+    }
+    memory = row["memory_gb"]
+    assert memory["total"] == pytest.approx(memory["tensor_peak"] + memory["overhead"], abs=1e-3)
+    assert memory["parameters"] == pytest.approx(494_032_768 * 4 / 1e9, rel=1e-3)  # fp32 master weights
+    assert row["step_flops"] > 0 and row["predicted_step_s"] > 0 and row["training_arguments"]["fp16"] is True
+    adamw = next(
+        r for r in out["configurations"] if r["optimizer"] == "adamw" and r["strategy"] == "standard"
+    )
+    assert adamw["memory_gb"]["optimizer_state"] == pytest.approx(2 * memory["parameters"], rel=1e-3)
+    assert adamw["training_arguments"]["optim"] == "adamw_torch_fused"
+    assert (user_dir / "kb.sqlite").exists() and not out["cached"]
+
+
+def test_the_largest_micro_batch_is_the_last_that_fits(invoke):
+    out = fit_json(invoke, "--model", QWEN, "--gpu", "L4", *QUICK)
+    row = next(
+        r for r in out["configurations"] if r["optimizer"] == "sgd" and r["strategy"] == "checkpointing"
+    )
+    largest = row["max_batch_size"]
+    assert largest > 1
+    at = {
+        b: fit_json(invoke, "--model", QWEN, "--gpu", "L4", *QUICK, "--batch-size", str(b))
+        for b in (largest, largest + 1)
+    }
+    fits = {
+        b: next(
+            r for r in o["configurations"] if r["optimizer"] == "sgd" and r["strategy"] == "checkpointing"
+        )["fits"]
+        for b, o in at.items()
+    }
+    assert fits == {largest: True, largest + 1: False}
+
+
+def test_a_repeated_question_imports_no_torch(invoke, tmp_path):
+    fit_json(invoke, "--model", QWEN, "--gpu", "A100-40GB", *QUICK)
+    code = (
+        "import sys; from advisor.cli import cli\n"
+        f"sys.argv = ['advisor', 'fit', '--model', {str(QWEN)!r}, '--gpu', 'A100-40GB', *{list(QUICK)!r}, '--json']\n"
+        "try:\n cli()\nexcept SystemExit as e:\n assert not e.code, e.code\n"
+        "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))"
+    )
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert "HEAVY []" in out and '"cached": true' in out
+
+
+def test_nothing_fits_names_the_smallest_and_what_would(invoke):
+    out = fit_json(
+        invoke,
+        "--model",
+        LLAMA_8B,
+        "--memory",
+        "24",
+        "--seq-len",
+        "512",
+        "--optimizer",
+        "sgd",
+        "--optimizer",
+        "adam",
+    )
+    assert not any(r["fits"] for r in out["configurations"])
+    beyond = " ".join(out["beyond_this_grid"])
+    assert (
+        "The smallest is sgd" in beyond
+        and "LoRA" in beyond
+        and "8-bit" in beyond
+        and "offload" in beyond.lower()
+    )
+    text = invoke(
+        "fit", "--model", LLAMA_8B, "--memory", "24", "--seq-len", "512", "--optimizer", "sgd"
+    ).output
+    assert "None of" in text and "Beyond this tool's grid" in text
+
+
+def test_gpu_names_as_people_type_them():
+    rules = load_rules()
+    for name, key in [
+        ("A100-80GB", "a100-80gb"),
+        ("a100_40gb", "a100-40gb"),
+        ("H100", "h100-80gb"),
+        ("RTX4090", "rtx4090"),
+        ("rtx 3090", "rtx3090"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("Tesla T4", "t4"),
+        ("mi300x", "mi300x"),
+    ]:
+        assert accelerators.resolve(name, rules).key == key, name
+    with pytest.raises(accelerators.UnknownAccelerator, match="Did you mean: .*a100"):
+        accelerators.resolve("A1000", rules)
+    assert accelerators.find("CPU: AMD EPYC 7B13 (2 cores)", rules) is None
+
+
+def test_training_arguments_are_trainers_own():
+    from transformers import TrainingArguments
+    from transformers.training_args import OptimizerNames
+
+    from advisor.fit import model_info, question, training_arguments
+
+    rules = load_rules()
+    q = question(model_info(str(QWEN), rules), rules, gpu="A100-80GB", seq_len=256)
+    names = {f.name for f in fields(TrainingArguments)}
+    for optimizer in rules.optimizers:
+        for strategy in rules.strategies:
+            args, code = training_arguments(q, optimizer, strategy)
+            assert set(args) <= names, (optimizer, args)
+            assert "optim" not in args or args["optim"] in {o.value for o in OptimizerNames}
+            assert "TrainingArguments(" in code and ("optimizers=(optimizer, None)" in code) == (
+                optimizer in ("adadelta", "cgd")
+            )
+
+
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (["--model", QWEN, "--gpu", "A1000"], 2, "Did you mean"),
+        (["--model", QWEN, "--gpu", "T4", "--batch-size", "0"], 2, "--batch-size"),
+        (["--model", QWEN, "--gpu", "T4", "--seq-len", "200000"], 2, "beyond"),
+        (["--model", QWEN, "--memory", "-1"], 2, "--memory"),
+        (["--model", QWEN, "--memory", "nan"], 2, "not a finite number"),
+        (["--model", QWEN, "--memory", "0"], 2, "--memory"),
+        (["--model", QWEN], 2, "pass --gpu"),
+        (["--model", QWEN, "--gpu", "T4", "--dtype", "bf16-mixed"], 2, "no bf16"),
+        (["--model", QWEN, "--gpu", "T4", "--image-size", "224"], 2, "takes text, not images"),
+        (
+            [
+                "--model",
+                REPO / "tests/fixtures/configs/vit-base-patch16-224",
+                "--gpu",
+                "T4",
+                "--seq-len",
+                "64",
+            ],
+            2,
+            "--seq-len does not apply",
+        ),
+        (["--model", QWEN, "--gpu", "T4", "--mfu", "0"], 2, "--mfu"),
+        (["--model", QWEN, "--gpu", "T4", "--mfu", "2"], 2, "--mfu"),
+        (["--model", QWEN, "--gpu", "T4", "--optimizer", "lion"], 2, "unknown optimizer"),
+        (["--model", QWEN, "--gpu", "T4", "--dtype", "int8"], 2, "--dtype"),
+        (["--gpu", "T4"], 2, "pass --model"),
+        (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot find a config"),
+    ],
+)
+def test_bad_input_gets_a_sentence_and_an_exit_code(invoke, args, code, needle):
+    result = invoke("fit", *args)
+    assert result.exit_code == code, result.output
+    assert needle in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (
+            b'{"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "modeling.Mine"}}',
+            "trust_remote_code",
+        ),
+        (b'["not", "a", "config"]', "not a model config"),
+        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b"{not json", "not valid JSON"),
+        (b'{"hidden_size": 8}', "no model_type"),
+        (b'{"model_type": "mamba-9000", "architectures": ["Mamba9000Model"]}', "cannot tell what"),
+        (
+            b'{"model_type": "nonexistent_arch", "architectures": ["FooForCausalLM"]}',
+            "transformers cannot build",
+        ),
+    ],
+)
+def test_configs_that_are_not_models_are_refused(invoke, tmp_path, content, needle):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(content)
+    result = invoke("fit", "--model", folder, "--gpu", "T4")
+    assert result.exit_code == 1, result.output
+    assert needle in result.output and "Traceback" not in result.output
+
+
+def test_recommend_excludes_what_does_not_fit_and_ranks_memory_by_prediction(invoke):
+    result = invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "time", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["model"]["parameters"] == 494_032_768 and out["model"]["accelerator"] == "NVIDIA T4"
+    predicted_out = [e for e in out["excluded"] if (e["reason"] or "").startswith("predicted")]
+    assert predicted_out and all("on NVIDIA T4 (advisor fit)" in e["reason"] for e in predicted_out)
+    memory = json.loads(
+        invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "memory", "--json").output
+    )
+    assert memory["metric"]["measure"] == "predicted_gb" and memory["recommendation"]["predicted"] is True
+    values = [memory["recommendation"]["value"]] + [a["value"] for a in memory["alternatives"]]
+    assert values == sorted(values)
+    text = invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "memory").output
+    assert (
+        "predicted (advisor fit)" in text
+        and "Your model" in text
+        and "494" not in text.split("Your model")[0]
+    )
+
+
+def test_recommend_warns_when_the_evidence_model_is_ten_times_off(invoke, tmp_path):
+    tiny = tmp_path / "tiny-llama"
+    tiny.mkdir()
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 256,
+    }
+    (tiny / "config.json").write_text(json.dumps(config))
+    out = json.loads(
+        invoke("recommend", "--model", tiny, "--memory", "8", "--source", "paper", "--json").output
+    )
+    assert "smaller than the evidence's llama" in out["model"]["warning"]
+
+
+def test_recommend_gpu_needs_a_model(invoke):
+    result = invoke("recommend", "--arch", "decoder", "--gpu", "T4")
+    assert result.exit_code == 2 and "pass --model too" in result.output
+
+
+def test_fit_names_how_its_predictions_were_checked_on_gpus(invoke, tmp_path, monkeypatch):
+    from advisor import store
+    from advisor.store import Check
+
+    db = tmp_path / "mine.sqlite"
+    conn = store.open_kb(db)
+    machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {}}
+    checks = [
+        Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, v, 0.05, "x") for v in (-0.002, 0.01, -0.03)
+    ]
+    store.add_validations(conn, machine, "paper", checks)
+    conn.close()
+    out = fit_json(invoke, "--model", QWEN, "--gpu", "H200", *QUICK, "--db", db)
+    assert any(
+        "Checked on NVIDIA H200: 3 configurations" in a and "median |error| 1.0%" in a
+        for a in out["assumptions"]
+    )
