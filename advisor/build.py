@@ -4,13 +4,14 @@ KB from its versioned sources, atomically). Parsing is `advisor.ingest`'s, writi
 from __future__ import annotations
 
 import os
-import tempfile
-import tomllib
+import sqlite3
+import uuid
 from importlib import resources
 from pathlib import Path
 
 from advisor import store
-from advisor.ingest import read_export, read_figures, read_file
+from advisor.ingest import read_export, read_figures, read_file, read_setup
+from advisor.schema import KBError, applied_migrations, connect_ro
 
 
 def sources_dir() -> Path:
@@ -21,37 +22,83 @@ def import_file(db_path: Path, path: Path, setup_path: Path | None = None) -> tu
     """Import a figures CSV (with its setup.toml) or a runs JSON file into the KB at db_path, in one
     transaction. Returns (added, skipped as already stored)."""
     runs, validations = read_file(path, setup_path)
-    conn = store.open_kb(db_path)
-    try:
+    with store.writing(db_path) as conn:
         return store.write_runs(conn, runs, validations)
-    finally:
-        conn.close()
 
 
 def build_kb(out_path: Path, src: Path | None = None) -> dict:
-    """Build a KB from the versioned sources (every sub-folder's setup.toml + figures, every *.json), atomically."""
+    """Build a KB from the versioned sources (every sub-folder's setup.toml + figures, every *.json), into a
+    temporary file beside the output, then move it in place: a build killed at any moment leaves the old
+    KB whole. Temporary files of builds killed earlier are removed."""
     src = Path(src) if src else sources_dir()
     out_path = Path(out_path)
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".sqlite", dir=out_path.parent)
-    os.close(fd)
-    os.unlink(tmp)
+    _check_target(out_path)
+    _remove_stale_builds(out_path.parent)
+    tmp = out_path.parent / f".build-{os.getpid()}-{uuid.uuid4().hex[:8]}.sqlite"
     counts = {}
     try:
-        conn = store.open_kb(tmp)
-        for setup_path in sorted(src.glob("*/setup.toml")):
-            setup = tomllib.loads(setup_path.read_text())
-            runs = read_figures(setup_path.parent / setup["figures"], setup)
-            counts[setup_path.parent.name] = store.write_runs(conn, runs)[0]
-        for runs_path in sorted(src.glob("*.json")):
-            counts[runs_path.name] = store.write_runs(conn, *read_export(runs_path))[0]
-        conn.execute(
-            "PRAGMA journal_mode = DELETE"
-        )  # one self-contained file, readable from a read-only folder
-        conn.execute("VACUUM")
+        with store.writing(tmp) as conn:
+            for setup_path in sorted(src.glob("*/setup.toml")):
+                setup = read_setup(setup_path)
+                runs = read_figures(setup_path.parent / setup["figures"], setup)
+                counts[setup_path.parent.name] = store.write_runs(conn, runs)[0]
+            for runs_path in sorted(src.glob("*.json")):
+                counts[runs_path.name] = store.write_runs(conn, *read_export(runs_path))[0]
+        with sqlite3.connect(tmp, isolation_level=None) as conn:  # one self-contained, compact file
+            conn.execute("VACUUM")
         conn.close()
         os.replace(tmp, out_path)
     finally:
-        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+            leftover.unlink(missing_ok=True)
     return counts
+
+
+def _check_target(out: Path) -> None:
+    """kb build replaces an advisor KB or writes a new file; never a device, a folder or another file."""
+    if not out.parent.is_dir():
+        raise KBError(f"cannot write {out}: folder {out.parent} does not exist.")
+    if not out.exists():
+        return
+    if not out.is_file():
+        raise KBError(
+            f"{out} is not a regular file (a folder, a device or a pipe): kb build will not replace it."
+        )
+    if out.stat().st_size:
+        with open(out, "rb") as f:
+            sqlite = f.read(16) == b"SQLite format 3\x00"
+        if not sqlite or not _is_advisor_kb(out):
+            raise KBError(
+                f"{out} is not an advisor knowledge base: kb build replaces only a KB. Pass -o with a new file."
+            )
+
+
+def _is_advisor_kb(path: Path) -> bool:
+    try:
+        conn = connect_ro(path)
+    except KBError:
+        return False
+    try:
+        return bool(applied_migrations(conn))
+    except KBError:
+        return False
+    finally:
+        conn.close()
+
+
+def _remove_stale_builds(folder: Path) -> None:
+    """Temporary files of builds whose process no longer exists (killed mid-build)."""
+    for leftover in folder.glob(".build-*.sqlite*"):
+        pid = leftover.name.split("-")[1]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

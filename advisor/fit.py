@@ -478,11 +478,8 @@ def _store(path: Path, q: Question, fresh: dict, keys: dict, soft: dict) -> None
         }
         for (o, s), payload in fresh.items()
     ]
-    conn = store.open_kb(path)
-    try:
+    with store.writing(path) as conn:
         store.add_predictions(conn, rows)
-    finally:
-        conn.close()
 
 
 def overhead_gb(q: Question, tensor_peak_gb: float, rules: Rules) -> float:

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 from advisor.rules import load_rules
-from advisor.schema import STATUSES, KBError, cell_key
+from advisor.schema import STATUSES, KBError, cell_key, columns
 
 FIGURE_COLUMNS = ("model", "optimizer", "strategy", "metric", "value", "unit")
 MAX_REPORTED_ERRORS = 10
@@ -109,10 +109,10 @@ def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
     )
 
 
-REQUIRED_RUN_FIELDS = ("source", "model", "family", "optimizer", "strategy", "preset", "hardware", "status")
-
-
-VALIDATION_FIELDS = ("hardware", "name", "passed", "detail", "created_at")
+JSON_FIELDS = ("software", "config")  # run and validation columns that hold an object, stored as JSON
+SIGNED = {("validations", "value")}  # the only numbers that may be negative (a relative error)
+FILLED = {("runs", "cell_key")}  # required columns the store fills when an import leaves them out
+MAX_REPORTED_NESTING = "nested too deeply to be an advisor export"
 
 
 def read_runs_json(path: Path) -> list[dict]:
@@ -121,18 +121,29 @@ def read_runs_json(path: Path) -> list[dict]:
 
 
 def read_export(path: Path) -> tuple[list[dict], list[dict]]:
-    """The runs and validations of an `advisor kb export --format json` file, or raise listing bad rows."""
+    """The runs and validations of an `advisor kb export --format json` file, every field checked against
+    the schema (names, types, ranges); a file with one bad row is refused whole."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ImportRowsError(f"{path} is not UTF-8 text, so not an export; nothing was imported.") from e
+    except json.JSONDecodeError as e:
         raise ImportRowsError(f"{path} is not valid JSON ({e}); nothing was imported.") from e
+    except RecursionError as e:
+        raise ImportRowsError(f"{path} is {MAX_REPORTED_NESTING}; nothing was imported.") from e
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"runs", "validations"})
+        if unknown:
+            raise ImportRowsError(
+                f"{path}: unknown keys {', '.join(map(repr, unknown))} (an export holds runs and validations); nothing was imported."
+            )
     validations = data.get("validations", []) if isinstance(data, dict) else []
-    bad = [
-        f"validation {i}"
-        for i, v in enumerate(validations)
-        if not isinstance(v, dict) or any(v.get(f) is None for f in VALIDATION_FIELDS)
+    if not isinstance(validations, list):
+        raise ImportRowsError(f"{path}: 'validations' must be a list; nothing was imported.")
+    errors = [
+        f"validation {i}: {p}" for i, v in enumerate(validations) if (p := _row_problem(v, "validations"))
     ]
-    _raise_if([f"{b}: needs {', '.join(VALIDATION_FIELDS)}" for b in bad], path)
+    _raise_if(errors, path)
     return _runs_of(data, path), validations
 
 
@@ -149,26 +160,66 @@ def _runs_of(data, path: Path) -> list[dict]:
 
 
 def _run_problem(run, rules) -> str | None:
-    if not isinstance(run, dict):
-        return "not an object"
-    missing = [f for f in REQUIRED_RUN_FIELDS if not run.get(f)]
-    if missing:
-        return f"missing {', '.join(missing)}"
+    problem = _row_problem(run, "runs", extra=("metrics", "epochs"))
+    if problem:
+        return problem
     if run["status"] not in STATUSES:
         return f"status {run['status']!r} is not one of {', '.join(STATUSES)}"
     if run["family"] not in rules.families:
         return f"unknown family {run['family']!r}"
     if run["optimizer"] not in rules.optimizers or run["strategy"] not in rules.strategies:
         return f"unknown optimizer or strategy {run['optimizer']!r} / {run['strategy']!r}"
-    for m in run.get("metrics", []):
-        value = m.get("value") if isinstance(m, dict) else None
-        if (
-            not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not m.get("name")
-            or m.get("unit") is None
-        ):
-            return f"bad metric {m!r} (needs name, a finite value and a unit)"
+    for kind, key in (("metrics", "metric"), ("epochs", "epoch")):
+        rows = run.get(kind, [])
+        if not isinstance(rows, list):
+            return f"{kind} must be a list"
+        for i, row in enumerate(rows):
+            problem = _row_problem(row, kind, skip=("run_id",))
+            if problem:
+                return f"{key} {i}: {problem}"
+    unknown = [m["name"] for m in run.get("metrics", []) if m["name"] not in rules.measures]
+    if unknown:
+        return f"unknown metric {unknown[0]!r} (known: {', '.join(sorted(rules.measures))})"
+    return None
+
+
+def _row_problem(row, table: str, extra=(), skip=()) -> str | None:
+    """What is wrong with a row for `table`: a key that is no column, a missing required one, or a value
+    of the wrong type or range (the allow-list is the schema itself: advisor/schema.py columns)."""
+    if not isinstance(row, dict):
+        return "not an object"
+    cols = {k: v for k, v in columns(table).items() if k not in skip}
+    unknown = [k for k in row if k not in cols and k not in extra and k not in ("id", *skip)]
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
+    missing = [
+        k
+        for k, (_, required) in cols.items()
+        if required and row.get(k) in (None, "") and (table, k) not in FILLED
+    ]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for key, value in row.items():
+        if key in cols and value is not None:
+            problem = _value_problem(value, cols[key][0], key in JSON_FIELDS, (table, key) in SIGNED)
+            if problem:
+                return f"field {key!r} {problem}, not {value!r:.60}"
+    return None
+
+
+def _value_problem(value, kind: str, is_json: bool, signed: bool) -> str | None:
+    if is_json:
+        return None if isinstance(value, dict | str) else "must be an object"
+    if kind == "TEXT":
+        return None if isinstance(value, str) else "must be text"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "must be a number"
+    if kind == "INTEGER" and not isinstance(value, int):
+        return "must be an integer"
+    if not math.isfinite(value):
+        return "must be finite"
+    if value < 0 and not signed:
+        return "must not be negative"
     return None
 
 
@@ -177,6 +228,22 @@ def _raise_if(errors: list[str], path: Path) -> None:
         shown = "; ".join(errors[:MAX_REPORTED_ERRORS])
         more = f" (and {len(errors) - MAX_REPORTED_ERRORS} more)" if len(errors) > MAX_REPORTED_ERRORS else ""
         raise ImportRowsError(f"{path}: {len(errors)} bad row(s), nothing was imported: {shown}{more}.")
+
+
+def read_setup(path: Path) -> dict:
+    """A figures CSV's setup.toml, or a sentence that says what is wrong with it."""
+    try:
+        setup = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ImportRowsError(f"{path} is not UTF-8 text, so not a setup.toml; nothing was imported.") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ImportRowsError(f"{path} is not valid TOML ({e}); nothing was imported.") from e
+    missing = [k for k in ("source", "hardware", "preset", "models") if k not in setup]
+    if missing or not isinstance(setup.get("models"), dict):
+        raise ImportRowsError(
+            f"{path} lacks {', '.join(missing) or 'a [models.NAME] table'}; nothing was imported."
+        )
+    return setup
 
 
 def read_file(path: Path, setup_path: Path | None = None) -> tuple[list[dict], list[dict]]:
@@ -193,4 +260,4 @@ def read_file(path: Path, setup_path: Path | None = None) -> tuple[list[dict], l
             f"a figures CSV needs its setup (hardware, hyperparameters): no {setup_path}. "
             "Pass --setup with a setup.toml like kb/sources/paper-2608.08961/setup.toml."
         )
-    return read_figures(path, tomllib.loads(setup_path.read_text())), []
+    return read_figures(path, read_setup(setup_path)), []

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from functools import cache
 from pathlib import Path
 
 MIGRATION_SET = "advisor"
@@ -137,7 +138,44 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX predictions_model ON predictions (config_hash, dtype, seq_len, image_size);
         """,
     ),
+    (
+        "0007_run_identity_and_lease",
+        """
+        -- a run's identity across KBs (imports, merges): a hash of its provenance, given once and carried
+        ALTER TABLE runs ADD COLUMN uid TEXT;
+        -- until when a running run's owner holds it (ISO 8601 UTC); its heartbeat renews it. Past it, the
+        -- run is crashed, whichever host ran it
+        ALTER TABLE runs ADD COLUMN lease_until TEXT;
+        -- Python: every existing run gets its uid (advisor/store.py: _backfill_uids)
+        CREATE UNIQUE INDEX runs_uid ON runs (uid);
+        """,
+    ),
 ]
+
+# Identity fields of a run: what makes two rows the same run, in any KB.
+IDENTITY = (
+    "source",
+    "model",
+    "optimizer",
+    "strategy",
+    "preset",
+    "hardware",
+    "seed",
+    "started_at",
+    "owner",
+    "config",
+)
+
+
+def run_uid(run: dict) -> str:
+    """A run's identity: a hash of its provenance (never of its outcome, which changes)."""
+    config = run.get("config") or {}
+    if isinstance(config, str):
+        config = json.loads(config)
+    payload = {k: run.get(k) for k in IDENTITY if k != "config"} | {"config": config}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
 KNOWN_MIGRATIONS = [name for name, _ in MIGRATIONS]
 
 
@@ -168,6 +206,10 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema."""
     path = Path(path)
     check_readable(path)
+    if path.stat().st_size == 0:
+        raise KBError(
+            f"{path} is empty, not a knowledge base. Pass --db with an advisor KB, or build one with `advisor kb build -o`."
+        )
     conn = connect_ro(path)
     refuse_newer(conn, path)
     applied = applied_migrations(conn)
@@ -192,12 +234,13 @@ def connect_ro(path: Path) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except sqlite3.OperationalError as e:
-        if "unable to open" not in str(e):
+        if not any(s in str(e).lower() for s in ("unable to open", "readonly", "read-only")):
             raise KBError(f"cannot read {path}: {e}.") from e
     except sqlite3.DatabaseError as e:
         raise corrupt_error(path, e) from e
-    # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite
-    # cannot create the -shm file, so read the file as immutable instead.
+    # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite can
+    # neither create the -shm file ("unable to open") nor write it ("attempt to write a readonly
+    # database"). Read the file as immutable instead: writers leave a KB they let go checkpointed.
     conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -214,6 +257,10 @@ def check_readable(path: Path) -> None:
         )
     if path.is_dir():
         raise KBError(f"{path} is a folder, not a knowledge base file. Pass --db with an .sqlite file.")
+    if not path.is_file():
+        raise KBError(
+            f"{path} is not a regular file (a device or a pipe), so not a knowledge base. Pass --db with an .sqlite file."
+        )
     if not os.access(path, os.R_OK):
         raise KBError(f"cannot read {path}: permission denied.")
     with open(path, "rb") as f:
@@ -251,6 +298,22 @@ def refuse_newer(conn: sqlite3.Connection, path: Path) -> None:
             f"{path} was written by a newer advisor (schema has {', '.join(unknown)}). "
             "Upgrade advisor (pip install -U advisor) to read it; nothing was changed."
         )
+
+
+@cache
+def columns(table: str) -> dict[str, tuple[str, bool]]:
+    """A table's columns at the current schema: name -> (SQL type, required), from the migrations applied
+    to an empty in-memory database. What an import may hold is derived from this, never listed twice."""
+    conn = sqlite3.connect(":memory:")
+    for _, sql in MIGRATIONS:
+        for statement in statements(sql):
+            conn.execute(statement)
+    rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
+    conn.close()
+    return {
+        name: (kind.upper(), bool(notnull) and default is None and not pk)
+        for _, name, kind, notnull, default, pk in rows
+    }
 
 
 def schema_sql(conn: sqlite3.Connection) -> list[str]:

@@ -1,21 +1,26 @@
 """Every write into a knowledge base goes through here: opening it for writing (migrations, WAL, busy
-timeout), the transaction helper, and runs with their metrics and epochs, claims of cells, validations.
+timeout), the transaction helper, runs with their metrics and epochs (one at a time, or a whole file in
+bulk), claims of cells with leases and their heartbeat, validations and predictions.
 
 Connections are autocommit (`isolation_level=None`); each write is one short `BEGIN IMMEDIATE`
 transaction, so several processes can share a KB (the write lock is taken up front, and waits for the
 busy timeout instead of failing on a read-then-write race), and a process killed mid-run leaves no
-partial row behind.
+partial row behind. A KB is left in rollback-journal mode when its last writer lets go (`release`), so a
+copy handed out or a read-only mount can be read without a `-shm` file.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from advisor.schema import (
@@ -23,32 +28,53 @@ from advisor.schema import (
     MIGRATION_SET,
     MIGRATIONS,
     KBError,
+    applied_migrations,
     cell_key,
     check_readable,
     connect_ro,
     corrupt_error,
     refuse_newer,
+    run_uid,
     statements,
 )
 
 FINAL = ("ok", "oom", "diverged")  # outcomes a re-run would repeat; `failed` and `crashed` are run again
 JSON_COLUMNS = ("software", "config")  # run columns stored as JSON text
+LEASE_S = 120  # a running run's lease; its owner's heartbeat renews it every LEASE_S / 4
+LEGACY_RUNNING_S = 24 * 3600  # a running run from before leases, on another host, counts as alive this long
+DISK_FULL = ("database or disk is full", "disk i/o error")
 
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _in(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
+# --- opening and letting go ---------------------------------------------------------------------------
+
+
 def open_kb(path: str | Path) -> sqlite3.Connection:
-    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout, autocommit."""
+    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout, autocommit.
+
+    Refuses what is not an advisor KB: a folder, a device or pipe, a newer schema, and another
+    application's SQLite database (advisor never adds its tables to one)."""
     path = Path(path)
     if path.exists():
         check_readable(path)
-        ro = connect_ro(path)  # refuse a newer KB before any pragma writes to it
-        try:
-            refuse_newer(ro, path)
-        finally:
-            ro.close()
+        if path.stat().st_size:
+            ro = connect_ro(path)  # refuse before any pragma writes to it
+            try:
+                refuse_newer(ro, path)
+                _refuse_foreign(ro, path)
+            finally:
+                ro.close()
+    elif path.parent.exists() and not path.parent.is_dir():
+        raise KBError(
+            f"cannot create {path}: {path.parent} is a file, not a folder. Pass --db with a writable path."
+        )
     elif not path.parent.exists():
         raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
     try:
@@ -61,15 +87,60 @@ def open_kb(path: str | Path) -> sqlite3.Connection:
         refuse_newer(conn, path)
         _migrate(conn)
     except sqlite3.OperationalError as e:
-        raise KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.") from e
+        raise _write_error(path, e) from e
     except sqlite3.DatabaseError as e:
         raise corrupt_error(path, e) from e
     return conn
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if tables and not applied_migrations(conn):
+        shown = ", ".join(tables[:5]) + ("…" if len(tables) > 5 else "")
+        raise KBError(
+            f"{path} is another application's SQLite database (tables: {shown}): advisor writes only its own "
+            "knowledge bases. Pass --db with a new file or an advisor KB."
+        )
+
+
+def _write_error(path: Path, e: sqlite3.OperationalError) -> KBError:
+    if any(s in str(e).lower() for s in DISK_FULL):
+        return disk_full(path, e)
+    return KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.")
+
+
+def disk_full(path, e: Exception) -> KBError:
+    return KBError(
+        f"cannot write {path}: the disk is full ({e}). What was written before is intact: free some space, "
+        "or pass --db with a knowledge base on another disk."
+    )
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """open_kb, then `release` however the block ends."""
+    conn = open_kb(path)
+    try:
+        yield conn
+    finally:
+        release(conn)
+
+
+def release(conn: sqlite3.Connection) -> None:
+    """Checkpoint, switch back to rollback journaling if no other connection has the KB open (then no -wal
+    or -shm file is needed to read it, from a read-only folder too), and close."""
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")  # another process has it open: leave WAL to it, at once
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error:
+        pass
+    conn.close()
+
+
 def _use_wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL (persistent), retrying: SQLite answers a concurrent switch with 'database is locked' at
-    once, without waiting for the busy timeout, when another process is opening the same new file."""
+    """Switch to WAL, retrying: SQLite answers a concurrent switch with 'database is locked' at once,
+    without waiting for the busy timeout, when another process is opening or releasing the same file."""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
         try:
@@ -89,31 +160,77 @@ def _migrate(conn: sqlite3.Connection) -> None:
     db = Database(conn)
     migrations = Migrations(MIGRATION_SET)
     for name, sql in MIGRATIONS:
-        migrations(name=name)(_sql_migration(sql))
+        migrations(name=name)(_sql_migration(sql, PYTHON_STEPS.get(name)))
     if migrations.pending(db):
         with transaction(conn):
             migrations.apply(db)  # nested: sqlite-utils uses savepoints inside an open transaction
 
 
-def _sql_migration(sql: str):
+def _sql_migration(sql: str, before_index=None):
+    """A migration's statements, and its Python step (if any) before its CREATE UNIQUE INDEX."""
+
     def migrate(db) -> None:
+        step = before_index
         for statement in statements(sql):
+            if step and "CREATE UNIQUE INDEX" in statement.upper():
+                step(db.conn)
+                step = None
             db.execute(statement)
 
     return migrate
 
 
+def _backfill_uids(conn: sqlite3.Connection) -> None:
+    """Runs written before identities existed get theirs, computed from their provenance."""
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    seen = set()
+    for row in conn.execute("SELECT * FROM runs WHERE uid IS NULL").fetchall():
+        run = dict(zip(cols, row, strict=True))
+        uid = run_uid(run)
+        if uid in seen:  # an exact repeat stored twice before identities existed: keep it distinct
+            uid = run_uid({**run, "owner": f"legacy:{run['id']}"})
+        seen.add(uid)
+        conn.execute("UPDATE runs SET uid = ? WHERE id = ?", [uid, run["id"]])
+
+
+PYTHON_STEPS = {"0007_run_identity_and_lease": _backfill_uids}
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE takes the write lock up front: no 'database is locked' on a read-then-write race."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    """BEGIN IMMEDIATE takes the write lock up front: no 'database is locked' on a read-then-write race.
+    A full disk becomes a KBError with a sentence; the transaction is rolled back, the KB intact."""
+    with full_disk_said(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
 
+
+@contextmanager
+def full_disk_said(conn: sqlite3.Connection) -> Iterator[None]:
+    """SQLite's 'database or disk is full' (or the disk I/O error a write past a size limit gives) as a
+    KBError that says what happened and what to do."""
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        if any(s in str(e).lower() for s in DISK_FULL):
+            raise disk_full(_file_of(conn), e) from e
+        raise
+
+
+def _file_of(conn: sqlite3.Connection) -> str:
+    return next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "the knowledge base")
+
+
+# --- runs ---------------------------------------------------------------------------------------------
 
 _COLUMNS: dict[str, tuple[str, ...]] = {}
 
@@ -126,39 +243,51 @@ def _columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
     return _COLUMNS[table]
 
 
-def _insert(conn: sqlite3.Connection, table: str, row: dict) -> int:
-    """One row, its keys checked against the table's columns (a key never reaches the SQL text unchecked)."""
+def _checked(conn: sqlite3.Connection, table: str, row: dict) -> dict:
+    """A row whose keys are all columns of the table (a key never reaches the SQL text unchecked)."""
     unknown = [k for k in row if k not in _columns(conn, table)]
     if unknown:
         raise KBError(f"cannot store {', '.join(map(repr, unknown))}: not a column of {table}.")
+    return row
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict) -> int:
+    row = _checked(conn, table, row)
     cur = conn.execute(
         f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
     )
     return cur.lastrowid
 
 
-def insert_run(conn: sqlite3.Connection, run: dict) -> int:
-    """Insert one run row plus its metrics and epochs (the caller owns the transaction)."""
+def _run_row(run: dict) -> dict:
+    """A run dict as its `runs` row: JSON columns serialized, a cell key and an identity given if missing
+    (derived from its provenance, so that importing the same file twice adds it once)."""
     row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id")}
     for key in JSON_COLUMNS:
         if not isinstance(row.get(key), str):
             row[key] = json.dumps(row.get(key) or {}, sort_keys=True)
     if not row.get("cell_key"):
         row["cell_key"] = cell_key(json.loads(row["config"]) | {"source": row["source"]})
-    run_id = _insert(conn, "runs", row)
+    row["uid"] = row.get("uid") or run_uid(row)
+    return row
+
+
+def _metric_row(run_id: int, m: dict) -> dict:
+    return dict(
+        run_id=run_id,
+        name=m["name"],
+        value=m["value"],
+        unit=m["unit"],
+        certainty=m.get("certainty") or "measured",
+        note=m.get("note"),
+    )
+
+
+def insert_run(conn: sqlite3.Connection, run: dict) -> int:
+    """Insert one run row plus its metrics and epochs (the caller owns the transaction)."""
+    run_id = _insert(conn, "runs", _run_row(run))
     for m in run.get("metrics", []):
-        _insert(
-            conn,
-            "metrics",
-            dict(
-                run_id=run_id,
-                name=m["name"],
-                value=m["value"],
-                unit=m["unit"],
-                certainty=m.get("certainty") or "measured",
-                note=m.get("note"),
-            ),
-        )
+        _insert(conn, "metrics", _metric_row(run_id, m))
     for e in run.get("epochs", []):
         add_epoch_row(conn, run_id, e)
     return run_id
@@ -169,39 +298,62 @@ def add_epoch_row(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
 
 
 def is_stored(conn: sqlite3.Connection, run: dict) -> bool:
-    """Whether the KB already holds this run (same source, cell, seed, hardware, start and config)."""
-    row = conn.execute(
-        "SELECT 1 FROM runs WHERE source = ? AND model = ? AND optimizer = ? AND strategy = ? AND preset = ? "
-        "AND hardware = ? AND seed IS ? AND started_at IS ? AND config = ?",
-        [
-            run["source"],
-            run["model"],
-            run["optimizer"],
-            run["strategy"],
-            run["preset"],
-            run["hardware"],
-            run.get("seed"),
-            run.get("started_at"),
-            json.dumps(run.get("config") or {}, sort_keys=True),
-        ],
-    ).fetchone()
-    return row is not None
+    """Whether the KB already holds this run (by its identity: an indexed lookup)."""
+    uid = run.get("uid") or run_uid(run)
+    return conn.execute("SELECT 1 FROM runs WHERE uid = ?", [uid]).fetchone() is not None
 
 
 def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dict] = ()) -> tuple[int, int]:
-    """Insert runs (with metrics and epochs) and validations in one transaction; skip exact repeats.
-    Returns (runs added, runs skipped)."""
-    added = skipped = 0
-    with transaction(conn):
-        for run in runs:
-            if is_stored(conn, run):
-                skipped += 1
-                continue
-            insert_run(conn, run)
-            added += 1
-        for row in validations:
-            _insert_validation(conn, row)
-    return added, skipped
+    """Insert runs (with metrics and epochs) and validations; runs the KB already holds are skipped.
+    Returns (runs added, runs skipped).
+
+    Atomic, and short for other writers: every row is staged in temporary tables first (they take no lock
+    on the KB), then one transaction copies what is new in SQL. A 20,000-run import holds the write lock
+    for a fraction of a second, not the minute a row-by-row insert takes."""
+    with full_disk_said(conn):  # staging spills temporary tables to disk too
+        _stage(conn, runs)
+    try:
+        with transaction(conn):
+            base = conn.execute("SELECT coalesce(max(id), 0) FROM runs").fetchone()[0]
+            run_cols = ", ".join(c for c in _columns(conn, "runs") if c != "id")
+            conn.execute(
+                f"INSERT INTO runs (id, {run_cols}) SELECT id + ?, {run_cols} FROM temp.staged_runs s "
+                "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.uid = s.uid) "
+                "AND s.id = (SELECT min(t.id) FROM temp.staged_runs t WHERE t.uid = s.uid)",
+                [base],
+            )
+            added = conn.execute("SELECT changes()").fetchone()[0]
+            for table in ("metrics", "epochs"):
+                cols = [c for c in _columns(conn, table) if c != "run_id"]
+                conn.execute(
+                    f"INSERT INTO {table} (run_id, {', '.join(cols)}) SELECT run_id + ?, {', '.join(cols)} "
+                    f"FROM temp.staged_{table} WHERE run_id + ? IN (SELECT id FROM runs WHERE id > ?)",
+                    [base, base, base],
+                )
+            for row in validations:
+                _insert_validation(conn, row)
+    finally:
+        for table in ("runs", "metrics", "epochs"):
+            conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
+    return added, len(runs) - added
+
+
+def _stage(conn: sqlite3.Connection, runs: list[dict]) -> None:
+    """The rows of `runs` in temporary tables shaped like the KB's, numbered from 1."""
+    rows, metrics, epochs = [], [], []
+    for i, run in enumerate(runs, start=1):
+        rows.append({"id": i, **_checked(conn, "runs", _run_row(run))})
+        metrics += [_checked(conn, "metrics", _metric_row(i, m)) for m in run.get("metrics", [])]
+        epochs += [_checked(conn, "epochs", {**e, "run_id": i}) for e in run.get("epochs", [])]
+    for table, staged in (("runs", rows), ("metrics", metrics), ("epochs", epochs)):
+        conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
+        conn.execute(f"CREATE TEMP TABLE staged_{table} AS SELECT * FROM main.{table} WHERE 0")
+        cols = _columns(conn, table)
+        conn.executemany(
+            f"INSERT INTO temp.staged_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [[r.get(c) for c in cols] for r in staged],
+        )
+    conn.execute("CREATE INDEX temp.staged_runs_uid ON staged_runs (uid, id)")  # the copy's lookups
 
 
 def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
@@ -217,28 +369,129 @@ def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
         _insert(conn, "validations", row)
 
 
+# --- claims, leases and the heartbeat -----------------------------------------------------------------
+
+
+def is_alive(
+    owner: str | None, lease_until: str | None, started_at: str | None, pid_alive: Callable[[str], bool]
+) -> bool:
+    """Whether a running run's owner still holds it. An expired lease means no: whichever host ran it (its
+    heartbeat stopped). On this host a dead pid means no at once. A run from before leases counts as alive
+    on another host for LEGACY_RUNNING_S after it started."""
+    stamp = now()
+    if lease_until is not None and lease_until <= stamp:
+        return False
+    if owner and ":" in owner and owner.rsplit(":", 1)[0] == socket.gethostname():
+        return pid_alive(owner)
+    if lease_until is not None:
+        return True
+    return (
+        bool(started_at)
+        and started_at > (datetime.now(UTC) - timedelta(seconds=LEGACY_RUNNING_S)).isoformat()
+    )
+
+
 def claim_run(
-    conn: sqlite3.Connection, run: dict, alive: Callable[[str | None], bool]
+    conn: sqlite3.Connection, run: dict, pid_alive: Callable[[str], bool]
 ) -> tuple[int | None, str | None]:
-    """Insert `run` as `running` unless its cell (source, cell key, seed, hardware) already has a final
-    outcome or a live owner. Returns (run id, None), or (None, the status that makes the cell done or taken)."""
+    """Insert `run` as `running`, with a lease, unless its cell (source, cell key, seed, hardware) already
+    has a final outcome or a live owner. Returns (run id, None), or (None, the status that makes the cell
+    done or taken)."""
     with transaction(conn):
         taken = conn.execute(
-            "SELECT status, owner FROM runs WHERE source = ? AND cell_key = ? AND seed = ? AND hardware = ? "
-            f"AND status IN ('running', {', '.join(repr(s) for s in FINAL)})",
+            "SELECT status, owner, lease_until, started_at FROM runs WHERE source = ? AND cell_key = ? AND "
+            f"seed = ? AND hardware = ? AND status IN ('running', {', '.join(repr(s) for s in FINAL)})",
             [run["source"], run["cell_key"], run["seed"], run["hardware"]],
         ).fetchall()
-        for status, tag in taken:
-            if status in FINAL or alive(tag):
+        for status, owner, lease, started in taken:
+            if status in FINAL or is_alive(owner, lease, started, pid_alive):
                 return None, status
-        return insert_run(conn, {**run, "status": "running", "started_at": now()}), None
+        row = {
+            **run,
+            "status": "running",
+            "started_at": now(),
+            "lease_until": _in(LEASE_S),
+            "uid": uuid.uuid4().hex,
+        }
+        return insert_run(conn, row), None
+
+
+def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> int:
+    """Runs left `running` by an owner that no longer holds them become `crashed`. Returns how many."""
+    with transaction(conn):
+        stale = [
+            (rid, owner, lease)
+            for rid, owner, lease, started in conn.execute(
+                "SELECT id, owner, lease_until, started_at FROM runs WHERE status = 'running'"
+            )
+            if not is_alive(owner, lease, started, pid_alive)
+        ]
+        for run_id, owner, lease in stale:
+            why = (
+                f"its owner ({owner}) stopped renewing its lease (expired {lease})"
+                if lease and lease <= now()
+                else f"the process that ran it ({owner}) ended before the run did"
+            )
+            conn.execute(
+                "UPDATE runs SET status = 'crashed', error = ?, finished_at = ? WHERE id = ?",
+                [why, now(), run_id],
+            )
+    return len(stale)
+
+
+class Heartbeat:
+    """Renews the leases of the runs this process holds, every LEASE_S / 4 from a thread with its own
+    connection, for as long as the process lives: a killed process stops renewing, and its runs' leases
+    expire on every host."""
+
+    def __init__(self, path: str | Path, interval: float = LEASE_S / 4):
+        self.path, self.interval = Path(path), interval
+        self.held: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="advisor-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, run_id: int) -> None:
+        self.held.add(run_id)
+
+    def let_go(self, run_id: int) -> None:
+        self.held.discard(run_id)
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            while not self._stop.wait(self.interval):
+                self.renew(conn)
+        finally:
+            conn.close()
+
+    def renew(self, conn: sqlite3.Connection) -> None:
+        held = sorted(self.held)
+        if not held:
+            return
+        try:
+            with transaction(conn):
+                conn.execute(
+                    f"UPDATE runs SET lease_until = ? WHERE status = 'running' AND id IN ({','.join('?' * len(held))})",
+                    [_in(LEASE_S), *held],
+                )
+        except (sqlite3.Error, KBError):
+            pass  # a busy or full disk: the next beat tries again, well within the lease
 
 
 def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:
-    unknown = [k for k in fields if k not in _columns(conn, "runs")]
-    if unknown:
-        raise KBError(f"cannot update {', '.join(map(repr, unknown))}: not a column of runs.")
-    fields = {k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS else v for k, v in fields.items()}
+    fields = _checked(
+        conn,
+        "runs",
+        {k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS else v for k, v in fields.items()},
+    )
     with transaction(conn):
         sets = ", ".join(f"{k} = ?" for k in fields)
         conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*fields.values(), run_id])
@@ -271,20 +524,7 @@ def finish_run(
         )
 
 
-def mark_crashed(conn: sqlite3.Connection, alive: Callable[[str | None], bool]) -> int:
-    """Runs left `running` by an owner that is no longer alive become `crashed`. Returns how many."""
-    with transaction(conn):
-        stale = [
-            (rid, tag)
-            for rid, tag in conn.execute("SELECT id, owner FROM runs WHERE status = 'running'")
-            if not alive(tag)
-        ]
-        for run_id, tag in stale:
-            conn.execute(
-                "UPDATE runs SET status = 'crashed', error = ?, finished_at = ? WHERE id = ?",
-                [f"the process that ran it ({tag}) ended before the run did", now(), run_id],
-            )
-    return len(stale)
+# --- validations and predictions -------------------------------------------------------------------------
 
 
 def add_predictions(conn: sqlite3.Connection, rows: list[dict]) -> None:

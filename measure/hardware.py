@@ -79,11 +79,7 @@ def owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def owner_alive(owner_tag: str | None) -> bool:
-    """True when the owner is a live process on this host, or on another host (which we cannot check)."""
-    if not owner_tag or ":" not in owner_tag:
-        return False
-    host, pid = owner_tag.rsplit(":", 1)
-    if host != socket.gethostname():
-        return True
-    return pid.isdigit() and psutil.pid_exists(int(pid)) and int(pid) != 0
+def pid_alive(owner_tag: str) -> bool:
+    """Whether the process of a 'host:pid' owner on this host still exists (leases decide for other hosts)."""
+    pid = owner_tag.rsplit(":", 1)[-1]
+    return pid.isdigit() and int(pid) != 0 and psutil.pid_exists(int(pid))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from measure.families import Family, Shape, family
+from measure.families.base import from_config
 
 
 @dataclass
@@ -42,7 +43,7 @@ def build_model(
         config, shape = reference_config(fam, preset, rules)
         if dropout is not None:
             set_dropout(config, dropout)
-        net = fam.model_class().from_config(config)
+        net = from_config(fam.model_class(), config)
         pretrained = False
     else:
         net, fam, shape, pretrained = _user_model(model, dropout, rules)
@@ -77,8 +78,8 @@ def set_dropout(config, p: float) -> None:
             set_dropout(value, p)
 
 
-def _user_model(name: str, dropout: float | None, rules):
-    """A local folder or a cached HF id: family from model_type via rules/, weights when present."""
+def user_config(name: str, rules=None):
+    """(transformers config, family, data shape) of a local folder or a cached HF id, offline."""
     from transformers import AutoConfig
 
     from advisor.model_ref import resolve_model
@@ -86,15 +87,25 @@ def _user_model(name: str, dropout: float | None, rules):
 
     rules = rules or load_rules()
     resolved = resolve_model(name, rules)
-    folder = resolved.config_path.parent
-    config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    config = AutoConfig.from_pretrained(str(resolved.config_path.parent), local_files_only=True)
+    fam = family(resolved.family.name, rules)
+    return config, fam, fam.shape_of(config)
+
+
+def _user_model(name: str, dropout: float | None, rules):
+    """A local folder or a cached HF id: family from model_type via rules/, weights when present."""
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
+
+    rules = rules or load_rules()
+    config, fam, shape = user_config(name, rules)
+    folder = resolve_model(name, rules).config_path.parent
     if dropout is not None:
         set_dropout(config, dropout)
-    fam = family(resolved.family.name, rules)
     cls = fam.model_class()
     has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
     if has_weights:
         net = cls.from_pretrained(str(folder), config=config, local_files_only=True)
     else:
-        net = cls.from_config(config)
-    return net, fam, fam.shape_of(config), has_weights
+        net = from_config(cls, config)
+    return net, fam, shape, has_weights

@@ -29,6 +29,7 @@ from unittest import mock
 
 from advisor.fit import ENGINE_VERSION  # bump it when what a prediction means changes: the cache keys on it
 from measure.families import Family
+from measure.families.base import from_config
 from measure.strategies import STRATEGIES, enable_checkpointing, uses_checkpointing
 from measure.tracing import CATEGORIES, InputValues, LiveBytes, OpFlops, OpTraffic, ScalarOracle
 
@@ -132,9 +133,9 @@ def build(spec: Spec, config, mode, checkpointing: bool = False):
     dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
     with mode, mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None):
         try:
-            model = spec.family.model_class().from_config(config, dtype=dtype, attn_implementation="sdpa")
+            model = from_config(spec.family.model_class(), config, dtype=dtype, attn_implementation="sdpa")
         except (ValueError, ImportError):  # an architecture without SDPA support: its eager attention
-            model = spec.family.model_class().from_config(config, dtype=dtype, attn_implementation="eager")
+            model = from_config(spec.family.model_class(), config, dtype=dtype, attn_implementation="eager")
     if checkpointing:
         enable_checkpointing(model)
     model.train()

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from advisor import store
-from advisor.schema import cell_key
+from advisor.schema import KBError, cell_key
 from measure.config import RunConfig
-from measure.hardware import describe, owner, owner_alive, resolve_device
+from measure.hardware import describe, owner, pid_alive, resolve_device
 from measure.progress import Reporter
 from measure.trainer import Diverged, OutOfMemory, Trainer
 
@@ -157,23 +157,22 @@ def run_grid(
 ) -> list[CellResult]:
     """Every cell in order, into the KB at db_path (created if needed)."""
     reporter = reporter or Reporter()
-    conn = store.open_kb(db_path)
-    store.mark_crashed(conn, owner_alive)
-    reporter.grid_start(len(configs))
     results = []
-    try:
+    with store.writing(db_path) as conn, store.Heartbeat(db_path) as heartbeat:
+        store.mark_crashed(conn, pid_alive)
+        reporter.grid_start(len(configs))
         for cfg in configs:
-            result = run_cell(cfg, conn, reporter, rules)
+            result = run_cell(cfg, conn, reporter, rules, heartbeat)
             results.append(result)
             reporter.cell_end(result)
-    finally:
-        conn.close()
     return results
 
 
-def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None) -> CellResult:
+def run_cell(
+    cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None, heartbeat=None
+) -> CellResult:
     """Claim one cell in the KB, train it, record every epoch and the outcome; never raises for a failure of
-    the cell itself (Ctrl-C is recorded as crashed, then re-raised)."""
+    the cell itself (Ctrl-C is recorded as crashed, then re-raised). The heartbeat keeps the claim's lease."""
     protocol = cfg.protocol()
     cfg = cfg.resolved()
     try:
@@ -182,9 +181,17 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None)
         return CellResult(cfg, "failed", error=str(e))
     cfg = replace(cfg, device=device)
     run = cell_run(cfg, protocol, describe(device), rules)
-    run_id, taken = store.claim_run(conn, run, owner_alive)
+    if run["preset"] == "custom":
+        from measure.preflight import will_not_fit
+
+        reason = will_not_fit(cfg, rules)
+        if reason:
+            return CellResult(cfg, "skipped", error=reason)
+    run_id, taken = store.claim_run(conn, run, pid_alive)
     if run_id is None:
         return CellResult(cfg, "skipped", error=f"already {taken} in this KB for this hardware")
+    if heartbeat is not None:
+        heartbeat.hold(run_id)
 
     def on_built(info: dict) -> None:
         config = {**run["config"], "data": info["data"]}
@@ -194,6 +201,8 @@ def run_cell(cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None)
 
     outcome = train_cell(cfg, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), rules)
     store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
+    if heartbeat is not None:
+        heartbeat.let_go(run_id)
     if outcome.interrupted:
         raise KeyboardInterrupt
     figures = outcome.figures
@@ -235,6 +244,11 @@ def train_cell(cfg: RunConfig, reporter=None, on_built=None, on_epoch=None, rule
         status, error = "ok", None
     except KeyboardInterrupt:
         status, error, interrupted = "crashed", "interrupted by the user", True
+    except (
+        KBError
+    ):  # the KB cannot take the cell's epochs (a full disk): the grid stops, it is no cell failure
+        trainer.release()
+        raise
     except Diverged as e:
         status, error = "diverged", str(e)
     except Exception as e:  # the cell failed; the grid goes on

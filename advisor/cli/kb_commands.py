@@ -171,12 +171,12 @@ def migrate(db):
     Example:
         advisor kb migrate --db old.sqlite
     """
-    from advisor.store import open_kb
+    from advisor.store import open_kb, release
 
     path = kbmod.resolve_db_path(db)
     if not path.exists():
         raise click.ClickException(f"no knowledge base at {path}.")
-    open_kb(path).close()
+    release(open_kb(path))
     click.echo(f"{path} is at the current schema.")
 
 

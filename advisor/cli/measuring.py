@@ -9,6 +9,7 @@ from rich.console import Console
 from advisor import kb as kbmod
 from advisor.cli.params import (
     CONTEXT,
+    FiniteFloat,
     console,
     db_option,
     domain_errors,
@@ -65,7 +66,7 @@ def preset_option(default: str):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option(
     "--lr",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     help="Learning rate for every optimizer (default: the paper's per model at preset paper, else each "
     "optimizer's default).",
 )
@@ -79,7 +80,7 @@ def preset_option(default: str):
 )
 @click.option(
     "--memory-cap",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     metavar="GB",
     help="Treat memory above this as out of memory (CUDA: per-process fraction; CPU: host RSS).",
 )
@@ -198,10 +199,12 @@ def validate(models, preset, db, as_json):
     from measure.hardware import describe, resolve_device
     from measure.validate import run_checks
 
-    conn = store.open_kb(kbmod.resolve_db_path(db))  # fail on an unusable KB before minutes of checks
+    path = kbmod.resolve_db_path(db)
+    store.release(store.open_kb(path))  # fail on an unusable KB before minutes of checks
     checks = run_checks(list(models) or reference, preset)
     machine = describe(resolve_device("cpu"))
-    store.add_validations(conn, machine, preset, checks)
+    with store.writing(path) as conn:
+        store.add_validations(conn, machine, preset, checks)
     failed = [c for c in checks if not c.passed]
     if as_json:
         echo_json(

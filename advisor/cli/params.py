@@ -37,8 +37,19 @@ def domain_errors(fn):
             return fn(*args, **kwargs)
         except (KBError, RulesError, NoEvidence, ModelNotResolved) as e:
             raise click.ClickException(str(e)) from e
+        except OSError as e:  # writing a report, an export, a cache: the environment's, said in a sentence
+            raise click.ClickException(os_error(e)) from e
 
     return wrapper
+
+
+def os_error(e: OSError) -> str:
+    import errno
+
+    where = f" {e.filename}" if e.filename else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"cannot write{where}: {e.strerror}. Free some space, or write to another disk."
+    return f"cannot use{where}: {e.strerror or e}."
 
 
 class FamilyType(click.ParamType):

@@ -94,6 +94,17 @@ class TextFamily(Family):
         return {"ids": data.plot_ids(example, shape.seq_len)}
 
 
+def from_config(auto_class, config, **kwargs):
+    """auto_class.from_config, also for a config that names no `architectures` where the Auto mapping holds
+    several classes for its type (DeiT: with and without a teacher), which transformers cannot choose
+    between: the mapping's first, the plain head."""
+    if not getattr(config, "architectures", None):
+        mapped = auto_class._model_mapping.get(type(config), None)
+        if isinstance(mapped, list | tuple):
+            config.architectures = [mapped[0].__name__]
+    return auto_class.from_config(config, **kwargs)
+
+
 def pad(seqs, value: int) -> np.ndarray:
     """Sequences of unequal length as one (batch, longest) int64 array, padded with value."""
     seqs = [list(s) for s in seqs]

@@ -1,14 +1,11 @@
 """A KB that survives faults: kill -9 mid-cell, two writers at once, diverging and out-of-memory cells."""
 
 import json
-import os
 import signal
-import sqlite3
-import subprocess
-import sys
-import time
 
 import pytest
+
+from .processes import advisor, query, wait_for
 
 GRID = [
     "--model",
@@ -28,38 +25,6 @@ GRID = [
     "--steps-per-epoch",
     "8",
 ]
-
-
-def advisor(*args, **kwargs):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "advisor", *map(str, args)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,
-    )
-
-
-def query(db, sql):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-
-
-def wait_for(db, sql, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if db.exists() and query(db, sql)[0][0]:
-                return
-        except sqlite3.OperationalError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {sql}")
 
 
 @pytest.mark.slow

@@ -81,3 +81,74 @@ def test_local_folder_model_trains_and_records_weights(tmp_path, invoke, with_we
         sqlite3.connect(db).execute("SELECT family, preset, pretrained, n_params, model FROM runs").fetchone()
     )
     assert row[:3] == ("decoder", "custom", int(with_weights)) and row[3] > 0 and row[4] == str(folder)
+
+
+def test_a_config_without_architectures_builds(tmp_path, invoke):
+    """DeiT maps to two classes (with and without a teacher); without `architectures` transformers cannot
+    choose and raised a TypeError: the plain head is built."""
+    folder = tmp_path / "deit"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "deit",
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "image_size": 32,
+                "patch_size": 8,
+            }
+        )
+    )
+    result = invoke(
+        "measure",
+        "--model",
+        folder,
+        "--optimizer",
+        "sgd",
+        "--strategy",
+        "standard",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "2",
+        "--batch-size",
+        "2",
+        "--db",
+        tmp_path / "m.sqlite",
+        "--json",
+    )
+    assert json.loads(result.stdout)["results"][0]["status"] == "ok", result.output
+
+
+def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke, monkeypatch):
+    """{"model_type": "qwen2"} is transformers' default 7B configuration: predicted, skipped, never built
+    (on a machine with 16 GB free, whatever this one has)."""
+    from measure import preflight
+
+    monkeypatch.setattr(preflight, "available_gb", lambda device: 16.0)
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    result = invoke(
+        "measure",
+        "--model",
+        folder,
+        "--preset",
+        "tiny",
+        "--optimizer",
+        "sgd",
+        "--strategy",
+        "standard",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "2",
+        "--db",
+        tmp_path / "m.sqlite",
+        "--json",
+    )
+    (cell,) = json.loads(result.stdout)["results"]
+    assert cell["status"] == "skipped" and "predicted" in cell["error"] and "not built" in cell["error"]
+    assert "> 14.4 GB available on this machine" in cell["error"]

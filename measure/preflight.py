@@ -1,0 +1,50 @@
+"""Before a user's model is built for a cell: will it fit this machine? A config of just
+{"model_type": "qwen2"} is transformers' default 7B model (~30 GB in fp32): predicted with advisor fit's
+engine (no memory allocated) and skipped, with the prediction, instead of swapping the machine to death."""
+
+from __future__ import annotations
+
+from measure.config import RunConfig
+
+MARGIN = 0.9  # of the memory available now: the process, data and other programs need the rest
+
+
+def will_not_fit(cfg: RunConfig, rules=None) -> str | None:
+    """Why a resolved cell of a user's model would not fit here (predicted GB > available GB), or None."""
+    from advisor.fit import tensor_peak
+
+    payload = _prediction(cfg.model, cfg.optimizer, cfg.strategy, cfg.device, rules)
+    need = sum(tensor_peak(payload, cfg.batch_size)[1].values()) / 1e9
+    have = available_gb(cfg.device) * MARGIN
+    if need <= have:
+        return None
+    return (
+        f"predicted {need:.1f} GB of tensors > {have:.1f} GB available on this machine (advisor fit): not "
+        f"built. --preset applies to vit, modernbert, llama and nanovlm; pass a smaller config for your own model"
+    )
+
+
+_PREDICTED: dict[tuple, dict] = {}  # one trace per model and cell kind in a process
+
+
+def _prediction(model: str, optimizer: str, strategy: str, device: str, rules) -> dict:
+    from measure.models import user_config
+    from measure.prediction import Spec, predict
+
+    key = (model, optimizer, strategy, device, id(rules))
+    if key not in _PREDICTED:
+        config, fam, shape = user_config(model, rules)
+        seq = shape.seq_len if fam.name != "vision" else None
+        spec = Spec(config, fam, seq, shape.image_size, "fp32", device)
+        _PREDICTED[key] = predict(spec, [optimizer], [strategy])[(optimizer, strategy)]
+    return _PREDICTED[key]
+
+
+def available_gb(device: str) -> float:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info()[0] / 1e9
+    import psutil
+
+    return psutil.virtual_memory().available / 1e9
