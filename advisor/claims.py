@@ -10,10 +10,11 @@ from functools import cache
 from pathlib import Path
 
 from advisor.evidence import GroupEvidence, Stat
-from advisor.recommend import NoEvidence, recommend, select_group
-from advisor.rules import Rules, load_rules, rules_dir
+from advisor.recommend import Answer, Entry, NoEvidence, recommend, select_group
+from advisor.rules import Rules, RulesError, load_rules, rules_dir
 
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
+KINDS = ("ratio", "ratio_all", "range", "best", "diverged", "never_best", "path_counts")  # claims.toml
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Checker:
         self.conn, self.source, self.rules = conn, source, rules or load_rules()
         self.cache: dict = {}  # Group -> GroupEvidence, shared with every recommend() the checks make
         self.evidence = cache(self._evidence)
+        self._walked: list | None = None
 
     def _evidence(self, family: str) -> GroupEvidence | None:
         try:
@@ -59,7 +61,11 @@ class Checker:
         )
 
     def check(self, claim: dict) -> Verdict:
-        kind = claim["kind"]
+        kind = claim.get("kind")
+        if kind not in KINDS:
+            raise RulesError(
+                f"claim {claim.get('id')!r} has kind {kind!r}; rules/claims.toml knows {', '.join(KINDS)}."
+            )
         verdict, found, groups = getattr(self, f"_{kind}")(claim)
         return Verdict(
             claim["id"],
@@ -91,14 +97,16 @@ class Checker:
             why = ev.unusable().get((side["optimizer"], side["strategy"])) or f"no {c['metric']} figure"
             return UNKNOWN, f"{name_a if a is None else name_b}: {why}", {ev.group.label}
         verdict, text = _judge(a, b, c["min"], c["max"])
+        keys = [(c[s]["optimizer"], c[s]["strategy"]) for s in ("a", "b")]
         return (
             verdict,
-            f"{name_a} {a.mean:.4g} / {name_b} {b.mean:.4g} = {text} (claim: x{c['min']:g}-{c['max']:g})",
+            f"{name_a} {a.mean:.4g} / {name_b} {b.mean:.4g} = {text} (claim: x{c['min']:g}-{c['max']:g})"
+            + _flags(ev, keys),
             {ev.group.label},
         )
 
     def _ratio_all(self, c):
-        judged, groups = [], set()
+        judged, groups, flags = [], set(), []
         for family in c["families"]:
             ev = self.evidence(family)
             if ev is None:
@@ -109,13 +117,14 @@ class Checker:
                 if a is not None and b is not None and b.mean != 0:
                     verdict, text = _judge(a, b, c["min"], c["max"])
                     judged.append((verdict, f"{family} {opt} {text}"))
+                    flags.append(_flags(ev, [(opt, c["a"]), (opt, c["b"])], family))
         if not judged:
             return (
                 UNKNOWN,
                 f"no configuration has both a {c['a']} and a {c['b']} {c['metric']} figure",
                 groups,
             )
-        claim = f"(claim: x{c['min']:g}-{c['max']:g} for each)"
+        claim = f"(claim: x{c['min']:g}-{c['max']:g} for each)" + "".join(flags)
         fails = [t for v, t in judged if v == FAILS]
         unsure = [t for v, t in judged if v == UNKNOWN]
         if fails:
@@ -123,7 +132,7 @@ class Checker:
         if unsure:
             return (
                 UNKNOWN,
-                f"{len(unsure)} of {len(judged)} outside only within noise: {', '.join(unsure)} {claim}",
+                f"{len(unsure)} of {len(judged)} across an edge, within noise: {', '.join(unsure)} {claim}",
                 groups,
             )
         return HOLDS, f"{', '.join(t for _, t in judged)} {claim}", groups
@@ -137,56 +146,62 @@ class Checker:
             have = f"only {measure}" if measure else f"no {c['metric']} figure"
             return UNKNOWN, f"no {c['measure']} figure ({have} in this evidence)", {ev.group.label}
         unusable = ev.unusable()
-        values = {k: s.mean for k, s in ev.stats(c["metric"]).items() if k not in unusable}
-        if not values:
+        stats = {k: s for k, s in sorted(ev.stats(c["metric"]).items()) if k not in unusable}
+        if not stats:
             return UNKNOWN, f"no {c['metric']} figure", {ev.group.label}
-        lo, hi = min(values.values()), max(values.values())
-        outside = [
-            f"{o}+{s} {v:.4g}" for (o, s), v in sorted(values.items()) if not c["min"] <= v <= c["max"]
-        ]
-        found = f"{len(values)} configurations, {lo:.4g}-{hi:.4g} (claim: {c['min']:g}-{c['max']:g})"
-        return (
-            (FAILS, found + "; outside: " + ", ".join(outside), {ev.group.label})
-            if outside
-            else (HOLDS, found, {ev.group.label})
-        )
+        means = [s.mean for s in stats.values()]
+        found = f"{len(stats)} configurations, {min(means):.4g}-{max(means):.4g} (claim: {c['min']:g}-{c['max']:g})"
+        found += _flags(ev, list(stats))
+        # Symmetric: outside when a configuration's interval (or single value) lies wholly outside the
+        # range; inside when every one lies wholly inside; otherwise the seeds cannot tell.
+        where = {k: _place(s.ci or (s.mean, s.mean), c["min"], c["max"]) for k, s in stats.items()}
+        outside = [f"{o}+{t} {stats[(o, t)].mean:.4g}" for (o, t), w in where.items() if w == FAILS]
+        unsure = [f"{o}+{t} {stats[(o, t)].mean:.4g}" for (o, t), w in where.items() if w == UNKNOWN]
+        if outside:
+            return FAILS, found + "; outside: " + ", ".join(outside), {ev.group.label}
+        if unsure:
+            return UNKNOWN, found + "; across the edge within noise: " + ", ".join(unsure), {ev.group.label}
+        return HOLDS, found, {ev.group.label}
+
+    def _answer(self, family: str, metric: str) -> Answer | None:
+        try:
+            return recommend(
+                self.conn, family, metric, source=self.source, rules=self.rules, evidence=self.cache
+            )
+        except NoEvidence:
+            return None
 
     def _best(self, c):
+        """Holds when each claimed configuration is the pick and nothing unclaimed is statistically tied
+        with it; does not hold when a pick is unclaimed and nothing claimed is statistically tied with it;
+        otherwise not enough evidence. Ties of practically equal means are decided by the tie-break rules,
+        as the flowchart decides them."""
         parts, wrong, unsure, missing, groups = [], [], [], [], set()
         for e in c["expect"]:
-            try:
-                answer = recommend(
-                    self.conn,
-                    e["family"],
-                    e["metric"],
-                    source=self.source,
-                    rules=self.rules,
-                    evidence=self.cache,
-                )
-            except NoEvidence:
-                missing.append(f"{e['family']} {e['metric']}")
-                continue
-            groups.add(answer.group.label)
-            pick = answer.recommendation
+            answer = self._answer(e["family"], e["metric"])
+            pick = answer.recommendation if answer else None
             if pick is None:
                 missing.append(f"{e['family']} {e['metric']}")
                 continue
+            groups.add(answer.group.label)
             tag = f"{e['family']} {e['metric']}: {pick.optimizer}+{pick.strategy}" + (
                 " (tied)" if pick.tied else ""
             )
+            tag += f" [{pick.flag}]" if pick.flag else ""
             parts.append(tag)
-            if _matches(pick, e):
-                continue
-            expected = f"claim {e.get('optimizer', '')}{'+' + e['strategy'] if 'strategy' in e else ''}"
-            if any(_matches(t, e) for t in answer.tied_with):
-                unsure.append(f"{tag}, tied with the claimed {e.get('optimizer', '')}")
-            else:
-                wrong.append(f"{tag}, {expected}")
+            contested = _contested(answer, lambda x, e=e: _matches(x, e))
+            claimed = f"{e.get('optimizer', '')}{'+' + e['strategy'] if 'strategy' in e else ''}"
+            if contested:
+                others = ", ".join(f"{x.optimizer}+{x.strategy} ({_p(x)})" for x in contested)
+                unsure.append(f"{tag}, not separated from {others}; claim {claimed}")
+            elif not _matches(pick, e):
+                wrong.append(f"{tag}, claim {claimed}")
         if wrong:
             return FAILS, "; ".join(wrong + unsure), groups
         if unsure or missing:
             gaps = [f"no answer for {', '.join(missing)}"] if missing else []
-            return UNKNOWN, "; ".join(gaps + unsure + [p for p in parts if p not in " ".join(unsure)]), groups
+            shown = " ".join(unsure)
+            return UNKNOWN, "; ".join(gaps + unsure + [p for p in parts if p not in shown]), groups
         return HOLDS, "; ".join(parts), groups
 
     def _diverged(self, c):
@@ -206,21 +221,127 @@ class Checker:
         return (FAILS if usable else HOLDS), "; ".join(states), {ev.group.label}
 
     def _never_best(self, c):
-        from advisor.flowchart import walk
-
-        paths = walk(self.conn, source=self.source, rules=self.rules, evidence=self.cache)
-        picks = [p for p in paths if p.answer and p.answer.recommendation]
+        """Symmetric as `best`: a path counts against the claim when its pick uses the optimizer and is
+        separated from every configuration that does not; it leaves the claim open when the optimizer's
+        side and the other are statistically tied."""
+        paths = self._paths()
+        picks = [p for p in paths if p.pick]
         groups = {p.answer.group.label for p in picks}
-        mine = [p for p in picks if p.answer.recommendation.optimizer == c["optimizer"]]
-        hits = [f"{p.family} {p.metric}" for p in mine if not p.answer.recommendation.tied]
-        tied = [f"{p.family} {p.metric}" for p in mine if p.answer.recommendation.tied]
+
+        def uses(entry) -> bool:
+            return entry.optimizer == c["optimizer"]
+
+        hits = [p for p in picks if uses(p.pick) and not _contested(p.answer, uses)]
+        open_ = [p for p in picks if _contested(p.answer, uses)]
         if hits:
-            return FAILS, f"{c['optimizer']} is best for {', '.join(hits + tied)}", groups
-        if tied:
-            return UNKNOWN, f"{c['optimizer']} is picked, tied with others, for {', '.join(tied)}", groups
+            return FAILS, f"{c['optimizer']} is best for {_path_names(hits + open_, flags=True)}", groups
+        if open_:
+            return (
+                UNKNOWN,
+                f"{c['optimizer']} is not separated from the pick for {_path_names(open_, flags=True)}",
+                groups,
+            )
         if not picks:
             return UNKNOWN, "no best paths", groups
         return HOLDS, f"{c['optimizer']} on none of {len(picks)} answered best paths", groups
+
+    def _paths(self) -> list:
+        """The flowchart's best paths on this evidence (walked once per check_all)."""
+        from advisor.flowchart import walk
+
+        if self._walked is None:
+            self._walked = walk(self.conn, source=self.source, rules=self.rules, evidence=self.cache)
+        return self._walked
+
+    def _path_counts(self, c):
+        """Figure 1's own counts: on how many of the flowchart's best paths the optimizer (or strategy)
+        lies. A path is uncertain when it has no answer, or when its pick is statistically tied with a
+        configuration on the other side; the count found is a range, and the claim holds only when that
+        range is exactly its count."""
+        field = _path_counts_field(c)
+        want = c[field]
+        paths = self._paths()
+        groups = {p.answer.group.label for p in paths if p.answer and p.answer.group}
+
+        def on(entry) -> bool:
+            return getattr(entry, field) == want
+
+        firm = [p for p in paths if p.pick and on(p.pick) and not _contested(p.answer, on)]
+        open_ = [p for p in paths if not p.pick or _contested(p.answer, on)]
+        tied = [p for p in firm if p.pick.tied]
+        lo, hi = len(firm), len(firm) + len(open_)
+        found = f"{want} on {lo} of {len(paths)} best paths"
+        found += f" ({len(tied)} of them tied: {_path_names(tied)})" if tied else ""
+        if open_:
+            found += f"; {len(open_)} open (no answer, or not separated): {_path_names(open_)}; so {lo}-{hi}"
+        found += f" (claim: {c['count']} of {c['paths']})"
+        flagged = [p for p in firm if p.pick.flag]
+        found += "".join(f"; {p.family} {p.metric}: {p.pick.flag}" for p in flagged)
+        if len(paths) != c["paths"]:
+            return (
+                UNKNOWN,
+                f"{found}; the flowchart walks {len(paths)} paths, the claim counts {c['paths']}",
+                groups,
+            )
+        if lo == hi == c["count"]:
+            return HOLDS, found, groups
+        if c["count"] < lo or c["count"] > hi:
+            return FAILS, found, groups
+        return UNKNOWN, found, groups
+
+
+def _path_names(paths, flags: bool = False) -> str:
+    """'vision time, decoder loss' (with each pick's failed-seed flag, when asked)."""
+    return ", ".join(
+        f"{p.family} {p.metric}" + (f" [{p.pick.flag}]" if flags and p.pick and p.pick.flag else "")
+        for p in paths
+    )
+
+
+def _path_counts_field(c: dict) -> str:
+    """'optimizer' or 'strategy': what a path_counts claim counts (a bad claim is said in one sentence)."""
+    fields = [f for f in ("optimizer", "strategy") if f in c]
+    if len(fields) != 1:
+        raise RulesError(
+            f"claim {c.get('id')!r}: a path_counts claim names exactly one optimizer or strategy."
+        )
+    for key in ("count", "paths"):
+        value = c.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RulesError(f"claim {c.get('id')!r}: {key} must be a whole number >= 0, not {value!r}.")
+    if c["count"] > c["paths"]:
+        raise RulesError(f"claim {c.get('id')!r}: count {c['count']} exceeds paths {c['paths']}.")
+    return fields[0]
+
+
+def _contested(answer: Answer, side) -> list[Entry]:
+    """Configurations statistically tied with the pick (not merely of practically equal means, which the
+    tie-break rules decide) that lie on the other side of the claim than the pick: the evidence cannot
+    say which of the two is best."""
+    pick = answer.recommendation
+    if pick is None:
+        return []
+    return [
+        e
+        for e in answer.tied_with
+        if not (e.test and e.test["within_tolerance"]) and bool(side(e)) != bool(side(pick))
+    ]
+
+
+def _p(e: Entry) -> str:
+    t = e.test or {}
+    return f"p={t['p_holm']:.2g}" if t.get("p_holm") is not None else "no test"
+
+
+def _flags(ev: GroupEvidence, keys, prefix: str = "") -> str:
+    """'; adam+standard: 2 of 3 seeds ok; seed 1 diverged (mean over the ok seeds)' for each flagged one."""
+    out = ""
+    for key in dict.fromkeys(keys):
+        cell = ev.cells.get(key)
+        if cell is not None and cell.flag:
+            name = f"{prefix + ' ' if prefix else ''}{cell.optimizer}+{cell.strategy}"
+            out += f"; {name}: {cell.flag} (mean over the {cell.n_ok} ok)"
+    return out
 
 
 def _matches(entry, expect: dict) -> bool:
@@ -230,18 +351,29 @@ def _matches(entry, expect: dict) -> bool:
 
 
 def _judge(a: Stat, b: Stat, lo: float, hi: float) -> tuple[str, str]:
-    """The ratio a/b against [lo, hi]: holds, does not hold beyond the seeds' intervals, or within noise."""
+    """The ratio a/b against [lo, hi], judged symmetrically. With intervals over seeds, the ratio's range
+    over both 95 % intervals decides: inside [lo, hi] holds, wholly outside does not hold, across an edge
+    is not enough evidence. Without intervals (one run each) the point estimate decides both ways."""
     ratio = a.mean / b.mean
-    if lo <= ratio <= hi:
-        return HOLDS, f"x{ratio:.3g}"
+    if a.ci is None and b.ci is None:
+        return (HOLDS if lo <= ratio <= hi else FAILS), f"x{ratio:.3g}"
     a_lo, a_hi = a.ci or (a.mean, a.mean)
     b_lo, b_hi = b.ci or (b.mean, b.mean)
     if b_lo <= 0:
         return UNKNOWN, f"x{ratio:.3g} (interval includes 0)"
-    r_lo, r_hi = a_lo / b_hi, a_hi / b_lo  # the ratio's range over both 95 % intervals
-    if r_hi < lo or r_lo > hi:
-        return FAILS, f"x{ratio:.3g}" + (f" [x{r_lo:.3g}-x{r_hi:.3g}]" if a.ci or b.ci else "")
-    return UNKNOWN, f"x{ratio:.3g} [x{r_lo:.3g}-x{r_hi:.3g}, within noise]"
+    r_lo, r_hi = a_lo / b_hi, a_hi / b_lo
+    text = f"x{ratio:.3g} [x{r_lo:.3g}-x{r_hi:.3g}]"
+    verdict = _place((r_lo, r_hi), lo, hi)
+    return verdict, text if verdict != UNKNOWN else text[:-1] + ", within noise]"
+
+
+def _place(interval: tuple[float, float], lo: float, hi: float) -> str:
+    """HOLDS when the interval lies inside [lo, hi], FAILS when wholly outside it, else UNKNOWN."""
+    if lo <= interval[0] and interval[1] <= hi:
+        return HOLDS
+    if interval[1] < lo or interval[0] > hi:
+        return FAILS
+    return UNKNOWN
 
 
 def check_all(

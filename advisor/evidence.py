@@ -9,8 +9,18 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
-from advisor.kb import Aggregate, Cell, Group, evidence_groups, group_aggregates, group_cells
+from advisor.kb import (
+    Aggregate,
+    Cell,
+    Group,
+    PairSums,
+    evidence_groups,
+    group_aggregates,
+    group_cells,
+    group_pairs,
+)
 from advisor.rules import Rules
+from advisor.stats import TTest, finite, paired_t, relative_difference, welch_t
 
 CONFIDENCE = 0.95
 
@@ -22,20 +32,26 @@ class NoEvidence(Exception):
 def select_group(
     conn: sqlite3.Connection, rules: Rules, family: str, source: str | None = None, model: str | None = None
 ) -> tuple[Group, list[Group]]:
-    """The best evidence group for a family (rules: flowchart.evidence), and the others available."""
-    groups = evidence_groups(conn, family=family, source=source)
+    """The best evidence group for a family (rules: flowchart.evidence), and the others available. Sources
+    the rules never answer from (`--tune-lr`'s runs, which chose the rates) count only when asked for."""
+    prefs = rules.flowchart["evidence"]
+    groups = [
+        g
+        for g in evidence_groups(conn, family=family, source=source)
+        if source or g.source not in prefs.get("answer_never", [])
+    ]
     if not groups:
         where = f" from source {source!r}" if source else ""
         raise NoEvidence(
             f"the knowledge base has no runs of the {family} family{where}. "
             f"Measure some with `advisor measure`, or drop --source."
         )
-    prefs = rules.flowchart["evidence"]
 
     def rank(g: Group):
         return (
             g.model == model,
             prefs["preset_rank"].get(g.preset, 1),
+            prefs["protocol_rank"].get(g.protocol, 0),
             prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
             g.n_seeds,
             g.n_runs,
@@ -56,11 +72,30 @@ class Stat:
     ci: tuple[float, float] | None = None  # 95 % Student-t interval of the mean; None for a single run
     predicted: bool = False  # a prediction (advisor fit), not a measurement
 
-    def overlaps(self, other: Stat) -> bool:
-        """Whether the two intervals (a single run's is its value) share a point."""
-        lo1, hi1 = self.ci or (self.mean, self.mean)
-        lo2, hi2 = other.ci or (other.mean, other.mean)
-        return lo1 <= hi2 and lo2 <= hi1
+
+@dataclass(frozen=True)
+class Comparison:
+    """A test of configuration a against b on one metric: paired by seed where they share seeds, else
+    Welch's. `difference` is a - b (paired: the mean per-seed difference), `relative` that as % of b."""
+
+    a: tuple[str, str]
+    b: tuple[str, str]
+    test: TTest
+    relative: float | None
+
+    def as_dict(self) -> dict:
+        t = self.test
+        return dict(
+            kind=t.kind,
+            n=t.n,
+            statistic=finite(t.statistic),  # null: the differences have no spread (p is then 0 or 1)
+            dof=t.dof,
+            p=t.p,
+            difference=t.difference,
+            relative=self.relative,
+            effect_size=finite(t.effect_size),
+            effect_name=t.effect_name,
+        )
 
 
 def _stat(agg: Aggregate, converted: bool) -> Stat:
@@ -100,10 +135,19 @@ class GroupEvidence:
         }
         self._unusable: dict[tuple[str, str], str] | None = None
         self._stats: dict[str, dict[tuple[str, str], Stat]] = {}
+        self._aggregates: dict[str, dict[tuple[str, str], Aggregate]] = {}
         for metric, measure in self._measures.items():
             spec = rules.measures.get(measure) if measure else None
             converted = spec is not None and (spec.factor != 1.0 or spec.scale is not None)
-            self._stats[metric] = {k: _stat(a, converted) for k, a in aggregates.get(measure, {}).items()}
+            self._aggregates[metric] = aggregates.get(measure, {})
+            self._stats[metric] = {k: _stat(a, converted) for k, a in self._aggregates[metric].items()}
+        # Seed-paired sums, for the measures read that a runs column does not scale (those have none).
+        paired = {x for x in self._measures.values() if x and rules.measures[x].scale is None}
+        self._pairs: dict[str, dict] = (
+            group_pairs(conn, group, {x: rules.measures[x].factor for x in sorted(paired)})
+            if group.n_seeds > 1
+            else {}
+        )
 
     def use_prediction(self, metric: str, measure: str, values: dict[tuple[str, str], float]) -> None:
         """Rank `metric` by predicted values (advisor fit) instead of the stored figures: e.g. memory for the
@@ -112,14 +156,42 @@ class GroupEvidence:
         self._stats[metric] = {
             k: Stat(mean=v, n=1, spread=None, predicted=True) for k, v in values.items() if k in self.cells
         }
+        self._aggregates[metric] = {}  # a prediction per configuration: nothing to test
         self._unusable = None
 
     def measure(self, metric: str) -> str | None:
         return self._measures.get(metric)
 
+    def contended(self, key: tuple[str, str]) -> bool:
+        """Whether an ok run of the configuration was timed under contention (measure `contended`)."""
+        agg = group_aggregates(self.conn, self.group, {"contended": (1.0, None)}).get("contended", {})
+        return key in agg and agg[key].mean > 0
+
     def stats(self, metric: str) -> dict[tuple[str, str], Stat]:
         """The metric of every configuration that has a figure for it."""
         return self._stats.get(metric, {})
+
+    def pair(self, metric: str, a: tuple[str, str], b: tuple[str, str]) -> PairSums | None:
+        """The seed-paired sums of a - b on the metric's measure, where both have ok runs of common seeds."""
+        pairs = self._pairs.get(self._measures.get(metric) or "", {})
+        if (a, b) in pairs:
+            return pairs[(a, b)]
+        return pairs[(b, a)].flipped() if (b, a) in pairs else None
+
+    def compare(self, metric: str, a: tuple[str, str], b: tuple[str, str]) -> Comparison | None:
+        """Test a against b: paired by seed when they share at least 2 seeds, else Welch's when each has at
+        least 2 runs, else None (no test: e.g. one run per configuration)."""
+        aggs = self._aggregates.get(metric, {})
+        if a not in aggs or b not in aggs:
+            return None
+        pair = self.pair(metric, a, b)
+        if pair is not None and pair.n >= 2:
+            test = paired_t(pair.n, pair.sum_d, pair.sum_dd)
+        else:
+            test = welch_t(*((x.n, x.mean, x.sum_sq) for x in (aggs[a], aggs[b])))
+        if test is None:
+            return None
+        return Comparison(a, b, test, relative_difference(test.difference, aggs[b].mean))
 
     def stat(self, cell: Cell, metric: str) -> Stat | None:
         return self.stats(metric).get((cell.optimizer, cell.strategy))

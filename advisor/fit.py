@@ -601,7 +601,7 @@ def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
         ).fetchall()
     except sqlite3.DatabaseError:
         return None
-    values = sorted(v for h, v in rows if accelerators.find(h, rules) == acc)
+    values = sorted(v / 100 for h, v in rows if accelerators.find(h, rules) == acc)  # stored in %
     if not values:
         return None
     hardware = next(h for h, _ in rows if accelerators.find(h, rules) == acc)

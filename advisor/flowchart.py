@@ -16,8 +16,12 @@ class BestPath:
     metric: str
     answer: Answer | None  # None: no evidence group for this family
 
+    @property
+    def pick(self):
+        return self.answer.recommendation if self.answer else None
+
     def as_dict(self) -> dict:
-        pick = self.answer.recommendation if self.answer else None
+        pick, safe = self.pick, self.answer.safe_alternative if self.answer else None
         return {
             "family": self.family,
             "metric": self.metric,
@@ -26,6 +30,11 @@ class BestPath:
             "value": pick.value if pick else None,
             "unit": pick.unit if pick else None,
             "tied": pick.tied if pick else False,
+            # the pick against its runner-up: the test that separated them, or found them tied
+            "separated_by": pick.test if pick else None,
+            "tie_break": self.answer.tie_break if pick else None,
+            "flag": pick.flag if pick else None,
+            "safe_alternative": {"optimizer": safe.optimizer, "strategy": safe.strategy} if safe else None,
             "evidence": self.answer.group.label if self.answer and self.answer.group else None,
         }
 
@@ -52,10 +61,16 @@ def walk(
 
 def summary(paths: list[BestPath]) -> dict:
     """How many best paths each optimizer and strategy lies on (the paper: 'SGD, seven of sixteen')."""
-    picks = [p.answer.recommendation for p in paths if p.answer and p.answer.recommendation]
+    picks = [p.pick for p in paths if p.pick]
+    tied = [p for p in picks if p.tied]
     return {
         "paths": len(paths),
         "answered": len(picks),
+        "tied": len(tied),
         "optimizers": dict(Counter(p.optimizer for p in picks).most_common()),
         "strategies": dict(Counter(p.strategy for p in picks).most_common()),
+        # of those, the paths whose pick is tied with another configuration (counted above too)
+        "optimizers_tied": dict(Counter(p.optimizer for p in tied).most_common()),
+        "strategies_tied": dict(Counter(p.strategy for p in tied).most_common()),
+        "flagged": sum(p.flag is not None for p in picks),
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from advisor.evidence import GroupEvidence, select_group
 from advisor.kb import Cell, Group
@@ -53,4 +53,6 @@ def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> lis
     """The x-vs-y Pareto view of the given configurations (those with both figures)."""
     stats = [(c, ev.stat(c, x), ev.stat(c, y)) for c in cells]
     items = [(c.optimizer, c.strategy, sx.mean, sy.mean, sx.ci, sy.ci) for c, sx, sy in stats if sx and sy]
-    return pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)
+    points = pareto_view(items, ev.rules.metric(x).direction, ev.rules.metric(y).direction)
+    flags = {c.key: c.flag for c in cells if c.flag}  # a configuration with a failed seed says so
+    return [replace(p, flag=flags.get((p.optimizer, p.strategy))) for p in points]

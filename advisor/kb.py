@@ -58,7 +58,8 @@ def source_kind(source: str) -> str:
 
 @dataclass(frozen=True)
 class Group:
-    """One evidence group: runs that may be ranked against each other (same source, hardware, scale, model)."""
+    """One evidence group: runs that may be ranked against each other (same source, hardware, scale, model,
+    and protocol: how they were measured)."""
 
     source: str
     hardware: str
@@ -68,6 +69,8 @@ class Group:
     n_runs: int
     n_seeds: int
     n_params: int | None = None  # the evidence model's size, where the runs state it
+    protocol: str = "paper"  # 'fair' (held-out loss, tuned rates) or 'paper' (training loss, fixed epochs)
+    id: int | None = field(default=None, compare=False)  # the KB's groups.id (local to one KB)
 
     @property
     def kind(self) -> str:
@@ -77,7 +80,8 @@ class Group:
     def label(self) -> str:
         seeds = f"{self.n_seeds} seeds" if self.n_seeds > 1 else "1 run per configuration"
         origin = "paper 2608.08961" if self.kind == "paper" else self.source
-        return f"{origin}, {self.model}, {self.hardware}, preset {self.preset}, {seeds}"
+        protocol = ", fair protocol" if self.protocol == "fair" else ""
+        return f"{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, {seeds}"
 
     def as_dict(self) -> dict:
         return {
@@ -86,6 +90,7 @@ class Group:
             "preset": self.preset,
             "model": self.model,
             "family": self.family,
+            "protocol": self.protocol,
             "runs": self.n_runs,
             "seeds": self.n_seeds,
             "parameters": self.n_params,
@@ -93,22 +98,59 @@ class Group:
         }
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A seed of a configuration with no ok run: how its last run ended."""
+
+    seed: int | None
+    status: str
+    error: str | None
+
+    def as_dict(self) -> dict:
+        return {"seed": self.seed, "status": self.status, "error": self.error}
+
+
+FINISHED_NOT_OK = ("oom", "diverged", "untrained", "failed", "crashed")
+
+
 @dataclass
 class Cell:
-    """One configuration (optimizer × strategy) of a group: how many runs it has, and how they ended."""
+    """One configuration (optimizer × strategy) of a group: how many runs it has, how they ended, and the
+    seeds that have no ok run."""
 
     optimizer: str
     strategy: str
     statuses: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"{self.optimizer} + {self.strategy}"
 
     @property
+    def key(self) -> tuple[str, str]:
+        return (self.optimizer, self.strategy)
+
+    @property
     def n_ok(self) -> int:
         return self.statuses.get("ok", 0)
+
+    @property
+    def seeds_total(self) -> int:
+        """Seeds (runs, where a source does not say) that finished: ok, or failed with no ok run."""
+        return self.n_ok + len(self.failed)
+
+    @property
+    def flag(self) -> str | None:
+        """'2 of 3 seeds ok; seed 1 diverged' when a seed failed, else None."""
+        if not self.failed:
+            return None
+        shown = ", ".join(
+            f"{'seed ' + str(f.seed) if f.seed is not None else 'a run'} {f.status}" for f in self.failed[:3]
+        )
+        more = f" and {len(self.failed) - 3} more" if len(self.failed) > 3 else ""
+        return f"{self.n_ok} of {self.seeds_total} seeds ok; {shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +162,18 @@ class Aggregate:
     sum_sq: float  # sum of squared values, for the spread
     first_value: float  # the stored figure and its unit, as the source states it (for n == 1)
     first_unit: str
+
+
+@dataclass(frozen=True)
+class PairSums:
+    """Seed-paired differences d = a - b of two configurations' per-seed means, over the seeds both have."""
+
+    n: int
+    sum_d: float
+    sum_dd: float
+
+    def flipped(self) -> PairSums:
+        return PairSums(self.n, -self.sum_d, self.sum_dd)
 
 
 def _run_filter(source: str | None = None, **equal) -> tuple[list[str], list]:
@@ -140,51 +194,75 @@ def _run_filter(source: str | None = None, **equal) -> tuple[list[str], list]:
 def evidence_groups(
     conn: sqlite3.Connection, family: str | None = None, source: str | None = None, model: str | None = None
 ) -> list[Group]:
-    """Every evidence group, optionally of one family, source kind (or exact source) and model."""
+    """Every evidence group, optionally of one family, source kind (or exact source) and model: read from
+    the summaries (advisor/summaries.py), never from the runs."""
     where, params = _run_filter(family=family, source=source, model=model)
+    where = [w.replace("source", "g.source", 1) if w.startswith("source") else f"g.{w}" for w in where]
     sql = (
-        "SELECT source, hardware, preset, model, family, sum(n), max(n), max(np) FROM ("
-        "  SELECT source, hardware, preset, model, family, count(*) AS n, max(n_params) AS np FROM runs "
+        "SELECT g.source, g.hardware, g.preset, g.model, g.family, sum(c.n), max(c.n), g.n_params, g.protocol, "
+        "g.id FROM groups g JOIN (SELECT grp, optimizer, strategy, sum(n) AS n FROM cell_status "
+        "GROUP BY grp, optimizer, strategy) c ON c.grp = g.id "
         + ("WHERE " + " AND ".join(where) if where else "")
-        + "  GROUP BY source, hardware, preset, model, family, optimizer, strategy) "
-        "GROUP BY source, hardware, preset, model, family ORDER BY family, source, hardware, preset, model"
+        + " GROUP BY g.id ORDER BY g.family, g.source, g.hardware, g.preset, g.model, g.protocol"
     )
     return [Group(*r) for r in conn.execute(sql, params)]
 
 
-GROUP_WHERE = "WHERE r.source = ? AND r.hardware = ? AND r.preset = ? AND r.model = ? AND r.family = ?"
-
-
-def _group_params(group: Group) -> list:
-    return [group.source, group.hardware, group.preset, group.model, group.family]
+def _group_id(conn: sqlite3.Connection, group: Group) -> int | None:
+    if group.id is not None:
+        return group.id
+    row = conn.execute(
+        "SELECT id FROM groups WHERE source = ? AND hardware = ? AND preset = ? AND model = ? AND family = ? "
+        "AND protocol = ?",
+        [group.source, group.hardware, group.preset, group.model, group.family, group.protocol],
+    ).fetchone()
+    return row[0] if row else None
 
 
 def group_cells(conn: sqlite3.Connection, group: Group) -> list[Cell]:
-    """Each configuration of a group with its run counts by status and the errors of runs that did not end ok."""
+    """Each configuration of a group with its run counts by status, the errors of runs that did not end ok,
+    and its failed seeds (a seed with a finished run that is not ok, and no ok run)."""
+    grp = _group_id(conn, group)
     cells: dict[tuple[str, str], Cell] = {}
-    for opt, strat, status, n in conn.execute(  # from the covering index runs_group
-        f"SELECT optimizer, strategy, status, count(*) FROM runs r {GROUP_WHERE} "
+    for opt, strat, status, n in conn.execute(
+        "SELECT optimizer, strategy, status, sum(n) FROM cell_status WHERE grp = ? "
         "GROUP BY optimizer, strategy, status ORDER BY optimizer, strategy, status",
-        _group_params(group),
+        [grp],
     ):
         cells.setdefault((opt, strat), Cell(opt, strat)).statuses[status] = n
-    for opt, strat, error in conn.execute(
-        f"SELECT DISTINCT optimizer, strategy, error FROM runs r {GROUP_WHERE} AND status != 'ok' "
-        "AND error IS NOT NULL ORDER BY error",
-        _group_params(group),
-    ):
-        cells[(opt, strat)].errors.append(error)
+    finished = ", ".join(repr(s) for s in FINISHED_NOT_OK)
+    rows = conn.execute(  # the partial index runs_not_ok: few rows however many runs the group has
+        "SELECT r.optimizer, r.strategy, r.seed, r.status, r.error, EXISTS (SELECT 1 FROM runs o WHERE "
+        "o.grp = r.grp AND o.optimizer = r.optimizer AND o.strategy = r.strategy AND o.seed IS r.seed AND "
+        f"o.status = 'ok') FROM runs r WHERE r.grp = ? AND r.status != 'ok' AND r.status IN ({finished}) "
+        "ORDER BY r.optimizer, r.strategy, r.seed, r.id",
+        [grp],
+    ).fetchall()
+    seen: set = set()
+    for opt, strat, seed, status, error, has_ok in rows:
+        cell = cells[(opt, strat)]
+        if error and error not in cell.errors:
+            cell.errors.append(error)
+        if has_ok and seed is not None:
+            continue
+        if seed is not None and (opt, strat, seed) in seen:  # the latest run of the seed stands
+            cell.failed = [f for f in cell.failed if f.seed != seed]
+        seen.add((opt, strat, seed))
+        cell.failed.append(Failure(seed, status, error))
+    for cell in cells.values():
+        cell.errors.sort()
     return list(cells.values())
 
 
-def group_protocols(conn: sqlite3.Connection, group: Group) -> dict[str, list[str]]:
-    """Each protocol of the group's runs ('preset defaults', 'lr=0.01', None: unknown) and its configurations."""
+def group_settings(conn: sqlite3.Connection, group: Group) -> dict[str, list[str]]:
+    """Each setting of the group's runs ('preset defaults', 'lr=0.01'; 'unknown' where a run does not say)
+    and its configurations."""
     out: dict[str, list[str]] = {}
-    for protocol, opt, strat in conn.execute(
-        f"SELECT DISTINCT protocol, optimizer, strategy FROM runs r {GROUP_WHERE} ORDER BY 1, 2, 3",
-        _group_params(group),
+    for settings, opt, strat in conn.execute(
+        "SELECT DISTINCT settings, optimizer, strategy FROM cell_status WHERE grp = ? ORDER BY 1, 2, 3",
+        [_group_id(conn, group)],
     ):
-        out.setdefault(protocol or "unknown", []).append(f"{opt}+{strat}")
+        out.setdefault(settings or "unknown", []).append(f"{opt}+{strat}")
     return out
 
 
@@ -196,28 +274,42 @@ def group_aggregates(
 ) -> dict[str, dict[tuple[str, str], Aggregate]]:
     """Every named measure over the ok runs of each configuration, converted as value * factor * run[scale].
 
-    conversions: measure name -> (factor, scale column or None). Aggregated in SQL, one query per scale
-    column: a group may hold 100,000 runs, and an answer must stay under a second.
-    """
-    by_scale: dict[str | None, list[str]] = {}
-    for name, (_, scale) in conversions.items():
+    conversions: measure name -> (factor, scale column or None). Read from the maintained sums (a group may
+    hold a million runs, and an answer must stay under a second)."""
+    for _, scale in conversions.values():
         if scale is not None and scale not in RUN_SCALE_COLUMNS:
             raise ValueError(f"cannot scale by runs.{scale}; choose from {', '.join(RUN_SCALE_COLUMNS)}")
-        by_scale.setdefault(scale, []).append(name)
+    if not conversions:
+        return {}
     out: dict[str, dict[tuple[str, str], Aggregate]] = {}
-    for scale, names in by_scale.items():
-        v = f"m.value * r.{scale}" if scale else "m.value"
-        marks = ",".join("?" * len(names))
-        rows = conn.execute(
-            f"SELECT m.name, r.optimizer, r.strategy, count({v}), avg({v}), sum({v} * {v}), min(m.value), min(m.unit) "
-            f"FROM runs r JOIN metrics m ON m.run_id = r.id {GROUP_WHERE} AND r.status = 'ok' "
-            # `+m.name`: read each run's few figures in one range scan rather than probing every name
-            f"AND +m.name IN ({marks}) AND {v} IS NOT NULL GROUP BY m.name, r.optimizer, r.strategy",
-            [*_group_params(group), *names],
-        )
-        for name, o, s, n, mean, sq, raw, unit in rows:
-            f = conversions[name][0]
-            out.setdefault(name, {})[(o, s)] = Aggregate(n, mean * f, sq * f * f, raw, unit)
+    terms = " OR ".join("(measure = ? AND scale = ?)" for _ in conversions)
+    params = [x for name, (_, scale) in conversions.items() for x in (name, scale or "")]
+    for name, o, s, n, total, sq, raw, unit in conn.execute(
+        "SELECT measure, optimizer, strategy, n, total, total_sq, first_value, first_unit FROM cell_stats "
+        f"WHERE grp = ? AND ({terms}) AND n > 0",
+        [_group_id(conn, group), *params],
+    ):
+        f = conversions[name][0]
+        out.setdefault(name, {})[(o, s)] = Aggregate(n, total / n * f, sq * f * f, raw, unit)
+    return out
+
+
+def group_pairs(
+    conn: sqlite3.Connection, group: Group, factors: dict[str, float]
+) -> dict[str, dict[tuple[tuple[str, str], tuple[str, str]], PairSums]]:
+    """Seed-paired sums of each measure for every two configurations, converted by its factor: measure ->
+    {(a, b): PairSums} with a < b (PairSums.flipped for b - a). Measures scaled by a runs column have none."""
+    if not factors:
+        return {}
+    out: dict = {}
+    marks = ",".join("?" * len(factors))
+    for name, ao, ast, bo, bst, n, sum_d, sum_dd in conn.execute(
+        "SELECT measure, a_optimizer, a_strategy, b_optimizer, b_strategy, n, sum_d, sum_dd FROM pair_stats "
+        f"WHERE grp = ? AND measure IN ({marks}) AND n > 0",
+        [_group_id(conn, group), *factors],
+    ):
+        f = factors[name]
+        out.setdefault(name, {})[((ao, ast), (bo, bst))] = PairSums(n, sum_d * f, sum_dd * f * f)
     return out
 
 
@@ -313,6 +405,7 @@ def export_runs(conn: sqlite3.Connection, source: str | None = None) -> list[dic
     for row in conn.execute(sql, params).fetchall():
         run = dict(zip(cols, row, strict=True))
         run_id = run.pop("id")
+        run.pop("grp")  # a KB's own numbering: the importing KB gives the run its group
         run["software"] = json.loads(run["software"] or "{}")
         run["config"] = json.loads(run["config"] or "{}")
         run["metrics"] = [
@@ -368,6 +461,8 @@ __all__ = [
     "KBError",
     "Group",
     "Cell",
+    "Failure",
+    "PairSums",
     "evidence_groups",
     "group_cells",
     "open_for_reading",

@@ -42,6 +42,7 @@ class FrontierPoint:
     within_noise: bool = (
         False  # off the frontier of means, but no frontier point beats it beyond its intervals
     )
+    flag: str | None = None  # '2 of 3 seeds ok; seed 1 diverged': the means are over the ok seeds only
 
     def as_dict(self) -> dict:
         return dict(
@@ -53,6 +54,7 @@ class FrontierPoint:
             within_noise=self.within_noise,
             x_ci=list(self.x_ci) if self.x_ci else None,
             y_ci=list(self.y_ci) if self.y_ci else None,
+            flag=self.flag,
         )
 
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 
 from advisor.evidence import GroupEvidence, NoEvidence, Stat, select_group
 from advisor.frontier import frontier_points
-from advisor.kb import Cell, Group, group_protocols, source_kind, validation
+from advisor.kb import Cell, Group, group_settings, source_kind, validation
 from advisor.pareto import FrontierPoint
-from advisor.rules import Metric, Rules, load_rules
+from advisor.rules import Metric, Rules, RulesError, load_rules
+from advisor.stats import holm, relative_difference
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Entry:
     )
     ci95: tuple[float, float] | None = None  # 95 % interval of the mean over seeds
     predicted: bool = False  # the value is advisor fit's prediction, not a measurement
+    # The test against the pick (the pick's: against its runner-up): kind, n, p, p_holm, difference, ...
+    test: dict | None = None
+    seeds_ok: int = 0  # seeds (runs, where a source has none) with an ok run: what the mean is over
+    seeds_total: int = 0  # those, and the seeds that finished without one
+    failed: list[dict] = field(default_factory=list)  # {seed, status, error} of each failed seed
+    flag: str | None = None  # '2 of 3 seeds ok; seed 1 diverged' when a seed failed
 
     def as_dict(self) -> dict:
         d = dict(
@@ -56,6 +63,11 @@ class Entry:
             stated=self.stated,
             ci95=list(self.ci95) if self.ci95 else None,
             predicted=self.predicted,
+            test=self.test,
+            seeds_ok=self.seeds_ok,
+            seeds_total=self.seeds_total,
+            failed=self.failed,
+            flag=self.flag,
         )
         if self.reason is not None:
             d["reason"] = self.reason
@@ -83,6 +95,7 @@ class Answer:
     mixed_protocols: dict[str, list[str]] = field(default_factory=dict)  # settings -> configurations, if > 1
     notes: list[str] = field(default_factory=list)  # what the answer did not do with the question, and why
     model: dict | None = None  # the user's model: name, parameters, accelerator, the evidence model's size
+    safe_alternative: Entry | None = None  # when a seed of the pick failed: the best with every seed ok
 
     def as_dict(self, rules: Rules) -> dict:
         measure = rules.measures.get(self.measure) if self.measure else None
@@ -98,6 +111,7 @@ class Answer:
             },
             "evidence": self.group.as_dict() if self.group else None,
             "recommendation": self.recommendation.as_dict() if self.recommendation else None,
+            "safe_alternative": self.safe_alternative.as_dict() if self.safe_alternative else None,
             "alternatives": [e.as_dict() for e in self.alternatives],
             "excluded": [e.as_dict() for e in self.excluded],
             "holes": self.holes,
@@ -146,13 +160,14 @@ def recommend(
         answer.model = model_summary(constraints.fit, group)
         answer.notes += constraints.fit.beyond
     answer.validation = validation(conn, group.hardware)
-    protocols = group_protocols(conn, group)
+    protocols = group_settings(conn, group)
     answer.mixed_protocols = protocols if len(protocols) > 1 else {}
     return answer
 
 
 def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:
     rules = ev.rules
+    ranking_alpha(rules)  # a bad rules file is said before anything is ranked
     answer = Answer(
         family=ev.group.family,
         metric=metric,
@@ -178,27 +193,124 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     answer.holes += [f"no run of {o} + {s}" for o, s in ev.grid_gaps()]
     ranked = _rank(ev, metric, candidates)
     if ranked:
-        best_cell, best_stat = ranked[0]
-        answer.recommendation = _entry(ev, best_cell, metric, best_stat)
-        limit = rules.flowchart["ranking"]["alternatives"]
-        answer.alternatives = [
-            _entry(ev, c, metric, s, tied=_tied(rules, metric, best_stat, s))
-            for c, s in ranked[1 : 1 + limit]
-        ]
-        answer.recommendation.tied = any(a.tied for a in answer.alternatives)
-        if answer.recommendation.tied:
-            tied = [(c, s) for c, s in ranked[1:] if _tied(rules, metric, best_stat, s)]
-            answer.tied_with = [_entry(ev, c, metric, s, tied=True) for c, s in tied]
-            equal = [best_cell] + [c for c, s in tied if _equal(rules, best_stat, s)]
-            if len(equal) > 1:
-                answer.tie_break = decided_by(ev, metric, best_cell, equal[1], equal)
+        _rank_answer(ev, metric, ranked, answer)
     else:
         answer.why_none = _why_none(ev, metric, answer)
     x = "time" if metric.name == "loss" else metric.name
     answer.frontier_axes = (x, "loss")
     answer.frontier = frontier_points(ev, passed, x, "loss")
-    answer.caveats = matching_caveats(rules, ev.group, metric.name, answer.recommendation)
+    pick = answer.recommendation
+    contended = bool(pick) and ev.contended((pick.optimizer, pick.strategy))
+    answer.caveats = matching_caveats(rules, ev.group, metric.name, pick, contended)
     return answer
+
+
+def _rank_answer(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]], answer: Answer) -> None:
+    """The pick, its runners-up and ties: every other candidate tested against the pick, Holm-adjusted."""
+    best_cell, best_stat = ranked[0]
+    tests = _tests_against_best(ev, metric, ranked)
+    entries = [
+        _entry(ev, c, metric, s, tied=tied, test=t)
+        for (c, s), (t, tied) in zip(ranked[1:], tests, strict=True)
+    ]
+    answer.alternatives = entries[: ev.rules.flowchart["ranking"]["alternatives"]]
+    answer.tied_with = [e for e in entries if e.tied]
+    pick_test = _pick_test(ev, metric, ranked, tests[0][0]) if tests else None
+    answer.recommendation = _entry(
+        ev, best_cell, metric, best_stat, tied=bool(answer.tied_with), test=pick_test
+    )
+    equal = [best_cell] + [
+        c for (c, _), (t, _) in zip(ranked[1:], tests, strict=True) if t["within_tolerance"]
+    ]
+    if len(equal) > 1:
+        answer.tie_break = decided_by(ev, metric, best_cell, equal[1], equal)
+    if answer.recommendation.flag:
+        answer.safe_alternative = next((e for e in entries if e.flag is None), None)
+
+
+def ranking_alpha(rules: Rules) -> float:
+    """The significance level below which a Holm-adjusted p separates two configurations."""
+    alpha = rules.flowchart["ranking"].get("alpha")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise RulesError(
+            f"rules/flowchart.toml: [ranking] alpha must be a number between 0 and 1 (e.g. 0.05), not {alpha!r}."
+        )
+    return float(alpha)
+
+
+def _tests_against_best(
+    ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]]
+) -> list[tuple[dict, bool]]:
+    """(test, tied) for each of ranked[1:] against ranked[0]. Tied: not significantly different at alpha
+    after Holm's correction over the comparisons made; with one run per configuration (or predictions),
+    within the tie tolerance; with seeds but too few for a test (a pick with one ok seed of three), tied:
+    nothing shows them apart. Means within the tie tolerance are tied whatever the test says: the
+    tie-break rules decide those."""
+    alpha = ranking_alpha(ev.rules)
+    best_cell, best_stat = ranked[0]
+    comparisons = [ev.compare(metric.name, c.key, best_cell.key) for c, _ in ranked[1:]]
+    tested = [i for i, cmp in enumerate(comparisons) if cmp is not None]
+    adjusted = dict(zip(tested, holm([comparisons[i].test.p for i in tested]), strict=True))
+    out = []
+    for i, ((cell, stat), cmp) in enumerate(zip(ranked[1:], comparisons, strict=True)):
+        equal = _equal(ev.rules, best_stat, stat)
+        test = _test_dict(cmp, adjusted.get(i), stat, best_stat, best_cell.name, equal)
+        test["decided_by"] = _tie_break_test(ev, metric, best_cell, cell, alpha) if equal else None
+        tied = (equal and test["decided_by"] is None) or (cmp is not None and adjusted[i] >= alpha)
+        tied = tied or (cmp is None and _untestable(stat, best_stat))
+        out.append((test, tied))
+    return out
+
+
+def _tie_break_test(ev: GroupEvidence, metric: Metric, best: Cell, cell: Cell, alpha: float) -> dict | None:
+    """Where two configurations are practically equal on the metric (checkpointing's loss is standard's,
+    by construction), the first tie-break metric on which the pick is significantly better, with its test:
+    then the answer is decided, not tied. None when no tie-break metric separates them."""
+    for name in ev.rules.flowchart["ranking"]["tie_break_metrics"]:
+        if name == metric.name or ev.value(best, name) is None or ev.value(cell, name) is None:
+            continue
+        cmp = ev.compare(name, best.key, cell.key)
+        if cmp is None or cmp.test.p >= alpha:
+            return None  # the next metric in line cannot separate them: tied
+        sign = 1.0 if ev.rules.metric(name).direction == "min" else -1.0
+        return {"metric": name, **cmp.as_dict()} if sign * cmp.test.difference < 0 else None
+    return None
+
+
+def _pick_test(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]], runner_up: dict) -> dict:
+    """The pick against its runner-up (the same test, from the pick's side), with the runner-up's Holm p."""
+    (best_cell, best_stat), (cell, stat) = ranked[0], ranked[1]
+    cmp = ev.compare(metric.name, best_cell.key, cell.key)
+    out = _test_dict(cmp, runner_up["p_holm"], best_stat, stat, cell.name, runner_up["within_tolerance"])
+    out["decided_by"] = runner_up.get("decided_by")
+    return out
+
+
+def _test_dict(cmp, p_holm, stat: Stat, versus: Stat, versus_name: str, equal: bool) -> dict:
+    """A comparison as --json gives it; without a test, the difference of the means and why no test."""
+    if cmp is not None:
+        out = cmp.as_dict()
+    else:
+        diff = stat.mean - versus.mean
+        keys = ("kind", "n", "statistic", "dof", "p", "difference", "relative", "effect_size", "effect_name")
+        out = dict.fromkeys(keys) | dict(difference=diff, relative=relative_difference(diff, versus.mean))
+    out |= dict(p_holm=p_holm, versus=versus_name, within_tolerance=equal, note=None)
+    if cmp is None:
+        out["note"] = _no_test(stat, versus)
+    return out
+
+
+def _untestable(a: Stat, b: Stat) -> bool:
+    """Repeated-seed evidence that still allows no test: neither a prediction nor one run each."""
+    return not (a.predicted or b.predicted) and not (a.n == 1 and b.n == 1)
+
+
+def _no_test(a: Stat, b: Stat) -> str:
+    if a.predicted or b.predicted:
+        return "no test: predicted values"
+    if a.n == 1 and b.n == 1:
+        return "no test: one run per configuration"
+    return "no test: fewer than 2 runs on one side, and fewer than 2 seeds in common"
 
 
 def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bool) -> str | None:
@@ -275,13 +387,6 @@ def model_summary(fit, group: Group) -> dict:
     return out
 
 
-def _tied(rules: Rules, metric: Metric, a: Stat, b: Stat) -> bool:
-    """Tied: 95 % intervals overlap where seeds give intervals; else within the rules' relative tolerance."""
-    if a.ci is not None or b.ci is not None:
-        return a.overlaps(b) or _equal(rules, a, b)
-    return _equal(rules, a, b)
-
-
 def _equal(rules: Rules, a: Stat, b: Stat) -> bool:
     """Practically equal means: within the rules' relative tie tolerance."""
     tol = rules.flowchart["ranking"]["tie_tolerance"]
@@ -335,7 +440,7 @@ def _index(order: list[str], item: str) -> int:
 
 
 def _entry(
-    ev: GroupEvidence, cell: Cell, metric: Metric, stat: Stat | None, tied=False, reason=None
+    ev: GroupEvidence, cell: Cell, metric: Metric, stat: Stat | None, tied=False, reason=None, test=None
 ) -> Entry:
     return Entry(
         optimizer=cell.optimizer,
@@ -351,7 +456,21 @@ def _entry(
         stated=stat.stated if stat else None,
         ci95=stat.ci if stat else None,
         predicted=stat.predicted if stat else False,
+        test=test,
+        seeds_ok=cell.n_ok,
+        seeds_total=cell.seeds_total,
+        failed=[f.as_dict() for f in cell.failed],
+        flag=_flag(cell, metric, stat),
     )
+
+
+def _flag(cell: Cell, metric: Metric, stat: Stat | None) -> str | None:
+    """The cell's failed seeds, and ok seeds without a figure for the metric (e.g. a run that never reached
+    the target loss has no time to target): a mean over the rest would flatter the configuration."""
+    flags = [cell.flag] if cell.flag else []
+    if stat and not stat.predicted and stat.n < cell.n_ok:
+        flags.append(f"{metric.name} on {stat.n} of {cell.n_ok} ok seeds (the others have no figure)")
+    return "; ".join(flags) or None
 
 
 def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
@@ -374,15 +493,19 @@ def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
     return "nothing qualifies: " + "; ".join(parts) + "."
 
 
-def matching_caveats(rules: Rules, group: Group, metric: str, pick: Entry | None) -> list[str]:
+def matching_caveats(
+    rules: Rules, group: Group, metric: str, pick: Entry | None, contended: bool = False
+) -> list[str]:
     """The caveats of rules/caveats.toml whose every `when` key matches this answer."""
     context = {
+        "contended": contended,
         "source": group.kind,
         "family": group.family,
         "metric": metric,
         "preset": group.preset,
         "optimizer": pick.optimizer if pick else None,
         "strategy": pick.strategy if pick else None,
+        "flagged": bool(pick and pick.flag),
     }
     out = []
     for caveat in rules.caveats:

@@ -35,6 +35,43 @@ def _seeds(e: Entry) -> str:
     return "1 run" if e.seeds == 1 else f"{e.seeds} runs"
 
 
+def fmt_p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+
+
+def test_brief(e: Entry) -> str:
+    """'≈ p=0.21' (tied), 'p=0.003' (separated), the Holm-adjusted p against the pick; 'no test' without one."""
+    t = e.test
+    if not t:
+        return ""
+    if t["kind"] is None:
+        return "≈ no test" if e.tied else "no test"
+    return ("≈ " if e.tied else "") + fmt_p(t["p_holm"])
+
+
+def test_line(t: dict) -> str:
+    """The pick against its runner-up, in one line: the test, its p-values and the effect size."""
+    head = f"vs {t['versus']}: "
+    if t["kind"] is None:
+        return head + f"{t['note']}, difference {_signed(t['difference'], t['relative'])}"
+    effect = "" if t["effect_size"] is None else f", {t['effect_name']} {t['effect_size']:+.2g}"
+    what = "seeds" if t["kind"] == "paired t" else "runs"
+    return (
+        f"{head}{t['kind']} over {t['n']} {what}, {fmt_p(t['p'])} (Holm-adjusted {t['p_holm']:.2g}), "
+        f"difference {_signed(t['difference'], t['relative'])}{effect}"
+    )
+
+
+def _signed(diff: float, relative: float | None) -> str:
+    return f"{diff:+.4g}" + (f" ({relative:+.2g} %)" if relative is not None else "")
+
+
+def flag_text(e) -> str:
+    """'⚠ 2 of 3 seeds ok; seed 1 diverged: mean over the 2 ok seeds'."""
+    n = e.seeds if e.seeds is not None else e.seeds_ok  # the seeds the mean is over
+    return f"⚠ {e.flag}: mean over the {n} ok seed{'s' if n != 1 else ''}"
+
+
 def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     """The whole answer to `advisor recommend`: pick, evidence, alternatives, exclusions, holes, caveats, frontier."""
     parts: list[RenderableType] = [_headline(answer, rules)]
@@ -80,8 +117,18 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
         if pick.stated:
             body.append(f" (stated: {pick.stated})")
         body.append(f" · {_seeds(pick)}", style="dim")
+        if pick.flag:
+            body.append(f"\n{flag_text(pick)}", style="bold red")
+            safe = answer.safe_alternative
+            body.append(
+                f"\nBest with every seed ok: {safe.optimizer} + {safe.strategy}, {fmt(safe.value, safe.unit)}"
+                if safe
+                else "\nNo other candidate has every seed ok.",
+                style="bold",
+            )
+        if pick.test and (pick.test["kind"] or pick.seeds > 1):  # single runs: said on the line below
+            body.append(f"\n{test_line(pick.test)}", style="dim")
         if pick.tied:
-            how = "95% intervals overlap" if pick.ci95 else "within the tie tolerance"
             why = (
                 f"picked by {answer.tie_break} (rules/flowchart.toml)"
                 if answer.tie_break
@@ -89,7 +136,8 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
             )
             n = len(answer.tied_with)
             body.append(
-                f"\ntied ({how}) with {n} other configuration{'s' if n > 1 else ''}, marked ≈; {why}",
+                f"\ntied ({_tie_how(answer, rules)}) with {n} other configuration{'s' if n > 1 else ''}, "
+                f"marked ≈; {why}",
                 style="yellow",
             )
         if pick.seeds == 1 and not pick.predicted:
@@ -129,15 +177,32 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
     return Panel(body, title=title, title_align="left", border_style="green" if pick else "red")
 
 
+def _tie_how(answer: Answer, rules: Rules) -> str:
+    """Why the pick is tied: no significant difference after Holm's correction, and/or equal means."""
+    tests = [e.test for e in answer.tied_with if e.test]
+    alpha = rules.flowchart["ranking"]["alpha"]
+    how = []
+    if any(t["kind"] and not t["within_tolerance"] for t in tests):
+        how.append(f"not significantly different at α = {alpha:g}, Holm-adjusted")
+    if any(t["within_tolerance"] for t in tests):
+        notes = sorted({t["note"] for t in tests if t["within_tolerance"] and t["note"]})
+        how.append("within the tie tolerance" + (f"; {', '.join(notes)}" if notes else ""))
+    return "; ".join(how)
+
+
 def _entries_table(title: str, entries: list[Entry], show_tie: bool = False) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("optimizer")
     table.add_column("strategy")
     table.add_column("value", justify="right")
     table.add_column("evidence")
+    table.add_column("vs pick", justify="right")
     for e in entries:
         mark = " ≈" if show_tie and e.tied else ""
-        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit) + mark, _seeds(e))
+        evidence = Text(_seeds(e))
+        if e.flag:
+            evidence.append(f"\n{flag_text(e)}", style="bold red")
+        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit) + mark, evidence, test_brief(e))
     return table
 
 
@@ -148,7 +213,10 @@ def _excluded_table(entries: list[Entry]) -> Table:
     table.add_column("value", justify="right")
     table.add_column("reason", style="red")
     for e in entries:
-        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit), e.reason or "")
+        reason = e.reason or ""
+        if e.flag and e.seeds_ok:  # with no ok seed, the reason already gives the statuses
+            reason += f"\n{flag_text(e)}"
+        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit), reason)
     return table
 
 
@@ -182,11 +250,18 @@ def frontier_view(
     for label, p in zip(point_labels(points), points, strict=True):
         style = "bold green" if p.on_frontier else "yellow" if p.within_noise else None
         mark = "●" if p.on_frontier else "≈ (within noise)" if p.within_noise else ""
+        strategy = p.strategy + (" ⚠" if p.flag else "")
         table.add_row(
-            label, p.optimizer, p.strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
+            label, p.optimizer, strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
         )
     plot = scatter(points, x_label=axis_label(xm), y_label=axis_label(ym))
-    return RGroup(table, plot)
+    flagged = [p for p in points if p.flag]
+    if not flagged:
+        return RGroup(table, plot)
+    flags = Text(style="bold red")
+    for p in flagged:
+        flags.append(f"⚠ {p.optimizer} + {p.strategy}: {p.flag}; its means are over the ok seeds only\n")
+    return RGroup(table, flags, plot)
 
 
 def axis_label(metric: Metric) -> str:
@@ -206,12 +281,12 @@ def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
             if p.answer and p.answer.group:
                 label += f"  [dim]{p.answer.group.label}[/dim]"
             node = by_family[p.family] = tree.add(label)
-        pick = p.answer.recommendation if p.answer else None
+        pick = p.pick
         if pick:
-            tie = " [yellow](tied)[/yellow]" if pick.tied else ""
+            flag = f"  [bold red]⚠ {pick.flag}[/bold red]" if pick.flag else ""
             node.add(
                 f"{p.metric} → [green]{pick.optimizer}[/green] → [cyan]{pick.strategy}[/cyan]  "
-                f"[dim]{fmt(pick.value, pick.unit)}[/dim]{tie}"
+                f"[dim]{fmt(pick.value, pick.unit)}[/dim]{_separation(pick, p.answer.tie_break)}{flag}"
             )
         else:
             why = (
@@ -223,13 +298,38 @@ def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
             )
             node.add(f"{p.metric} → [red]{why}[/red]")
     counts = Text(
-        f"\n{summary['answered']} of {summary['paths']} paths answered.  Optimizers on best paths: "
+        f"\n{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} of them tied.  "
+        "Optimizers on best paths: "
     )
-    counts.append(", ".join(f"{k} {v}" for k, v in summary["optimizers"].items()) or "none")
-    counts.append(
-        ".  Strategies: " + (", ".join(f"{k} {v}" for k, v in summary["strategies"].items()) or "none")
-    )
+    counts.append(_counts(summary["optimizers"], summary["optimizers_tied"]))
+    counts.append(".  Strategies: " + _counts(summary["strategies"], summary["strategies_tied"]))
     return RGroup(tree, counts)
+
+
+def _separation(pick: Entry, tie_break: str | None) -> str:
+    """How the pick stands against its runner-up: 'p=0.003 vs X', '(tied, p=0.21 vs X)', '(tied)'."""
+    t = pick.test
+    if t is None:
+        return ""
+    broken = f"; tie-break: {tie_break}" if tie_break else ""
+    if t["kind"] is None:
+        return f" [yellow](tied, no test{broken})[/yellow]" if pick.tied else ""
+    if pick.tied:
+        return f" [yellow](tied, {fmt_p(t['p_holm'])} vs {t['versus']}{broken})[/yellow]"
+    decided = t.get("decided_by")
+    if decided:  # practically equal on the metric (checkpointing's loss is standard's): decided by the next
+        return (
+            f"  [green]equal {pick.metric}, {decided['metric']} {fmt_p(decided['p'])}[/green] "
+            f"[dim]vs {t['versus']}[/dim]"
+        )
+    return f"  [green]{fmt_p(t['p_holm'])}[/green] [dim]vs {t['versus']}[/dim]"
+
+
+def _counts(counts: dict, tied: dict) -> str:
+    """'sgd 5 (1 tied), adam 3': how many best paths, and how many of those are tied."""
+    return ", ".join(
+        f"{k} {v}" + (f" ({tied[k]} tied)" if tied.get(k) else "") for k, v in counts.items()
+    ) or ("none")
 
 
 def stats_view(stats: dict, path: str) -> RenderableType:

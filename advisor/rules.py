@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -72,6 +72,7 @@ class Rules:
     accelerators: dict[str, Accelerator]
     fit: dict  # rules/fit.toml: headroom, overheads, default utilization, each with its source
     architectures: dict[str, str]  # class-name suffix -> family whose inputs and loss fit uses
+    protocol: dict = field(default_factory=dict)  # rules/protocol.toml: the fair protocol's targets and grids
 
     def family(self, name: str) -> Family:
         """The family named by a family name, an alias or a reference model name (case-insensitive)."""
@@ -106,7 +107,7 @@ def rules_dir() -> Path:
 def load_rules(directory: str | None = None) -> Rules:
     """Load and cross-check every rules file (cached: the rules do not change during a process)."""
     base = Path(directory) if directory else rules_dir()
-    files = ("metrics", "families", "flowchart", "caveats", "hardware", "fit")
+    files = ("metrics", "families", "flowchart", "caveats", "hardware", "fit", "protocol")
     raw = {name: _read(base / f"{name}.toml") for name in files}
     measures = {n: Measure(name=n, **m) for n, m in raw["metrics"].get("measures", {}).items()}
     metrics = {}
@@ -142,6 +143,7 @@ def load_rules(directory: str | None = None) -> Rules:
         accelerators=_accelerators(raw["hardware"]),
         fit=raw["fit"],
         architectures=dict(raw["families"].get("architectures", {})),
+        protocol=raw["protocol"],
     )
 
 

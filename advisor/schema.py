@@ -17,7 +17,10 @@ from pathlib import Path
 MIGRATION_SET = "advisor"
 MIGRATIONS_TABLE = "_sqlite_migrations"  # sqlite-utils' own bookkeeping table
 BUSY_TIMEOUT_MS = 30_000
-STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")
+# `untrained`: the run ended without its held-out loss going below where it started (the fair protocol)
+STATUSES = ("ok", "oom", "diverged", "untrained", "failed", "running", "crashed")
+LEGACY_STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")  # the CHECK of 0001-0007
+PROTOCOLS = ("fair", "paper")  # measure's protocols (measure/protocol.py); runs that do not say: paper
 
 # Append-only: never edit a migration that has shipped; add a new one.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -42,7 +45,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             config TEXT NOT NULL DEFAULT '{{}}',   -- JSON: hyperparameters and everything the cell_key hashes
             pretrained INTEGER,                -- 1 pretrained weights, 0 random init, NULL unknown
             n_params INTEGER,
-            status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s) for s in STATUSES)})),
+            status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s) for s in LEGACY_STATUSES)})),
             error TEXT,                        -- why a run is not ok, as the user should read it
             started_at TEXT,                   -- ISO 8601 UTC
             finished_at TEXT
@@ -148,6 +151,127 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN lease_until TEXT;
         -- Python: every existing run gets its uid (advisor/store.py: _backfill_uids)
         CREATE UNIQUE INDEX runs_uid ON runs (uid);
+        """,
+    ),
+    (
+        "0008_protocols_and_summaries",
+        f"""
+        -- runs rebuilt (SQLite cannot change a CHECK in place): status `untrained`; `protocol`, the column
+        -- that held a run's changed settings, renamed `settings`; `protocol` now names how it was measured
+        -- ('fair', 'paper'); `grp`, the evidence group it belongs to. Every existing run was measured as
+        -- the paper measured (fixed epochs, training loss): protocol 'paper'.
+        CREATE TABLE runs_new (
+            id INTEGER PRIMARY KEY,
+            cell_key TEXT NOT NULL,
+            source TEXT NOT NULL,
+            model TEXT NOT NULL,
+            family TEXT NOT NULL,
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            preset TEXT NOT NULL,
+            seed INTEGER,
+            hardware TEXT NOT NULL,
+            device TEXT,
+            host_memory_gb REAL,
+            accelerator_memory_gb REAL,
+            software TEXT NOT NULL DEFAULT '{{}}',
+            config TEXT NOT NULL DEFAULT '{{}}',
+            pretrained INTEGER,
+            n_params INTEGER,
+            status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s) for s in STATUSES)})),
+            error TEXT,
+            started_at TEXT,
+            finished_at TEXT,
+            owner TEXT,
+            settings TEXT,                     -- what the run changed from its protocol's defaults ('lr=0.01')
+            uid TEXT,
+            lease_until TEXT,
+            protocol TEXT NOT NULL DEFAULT 'paper' CHECK (protocol IN ({", ".join(repr(p) for p in PROTOCOLS)})),
+            grp INTEGER REFERENCES groups (id)  -- set by advisor/store.py on every write, never by a file
+        );
+        INSERT INTO runs_new (id, cell_key, source, model, family, optimizer, strategy, preset, seed, hardware,
+            device, host_memory_gb, accelerator_memory_gb, software, config, pretrained, n_params, status, error,
+            started_at, finished_at, owner, settings, uid, lease_until, protocol)
+        SELECT id, cell_key, source, model, family, optimizer, strategy, preset, seed, hardware, device,
+            host_memory_gb, accelerator_memory_gb, software, config, pretrained, n_params, status, error,
+            started_at, finished_at, owner, protocol, uid, lease_until, 'paper' FROM runs;
+        DROP TABLE runs;
+        ALTER TABLE runs_new RENAME TO runs;
+        CREATE UNIQUE INDEX runs_uid ON runs (uid);
+        CREATE INDEX runs_cell ON runs (cell_key, seed);
+        CREATE INDEX runs_family ON runs (family, source);
+        CREATE INDEX runs_grp_seed ON runs (grp, optimizer, strategy, seed, status);
+        -- the runs that did not end ok, few among many: which seeds of a configuration failed, and why
+        CREATE INDEX runs_not_ok ON runs (grp, optimizer, strategy) WHERE status != 'ok';
+
+        -- Summaries, maintained inside every write transaction (advisor/store.py): answers read these, never
+        -- aggregate every figure per question. A KB of 1,000,000 runs answers in well under a second.
+        CREATE TABLE groups (                  -- evidence groups: runs that may be ranked against each other
+            id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL,
+            hardware TEXT NOT NULL,
+            preset TEXT NOT NULL,
+            model TEXT NOT NULL,
+            family TEXT NOT NULL,
+            protocol TEXT NOT NULL,
+            n_params INTEGER,                  -- the largest a run of the group states
+            UNIQUE (source, hardware, preset, model, family, protocol)
+        );
+        CREATE TABLE cell_status (             -- runs of a configuration by settings and status
+            grp INTEGER NOT NULL,
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            settings TEXT NOT NULL,            -- '' where the run does not say
+            status TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (grp, optimizer, strategy, settings, status)
+        ) WITHOUT ROWID;
+        CREATE TABLE cell_stats (              -- each measure over the ok runs of a configuration
+            grp INTEGER NOT NULL,
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            measure TEXT NOT NULL,
+            scale TEXT NOT NULL,               -- '' or the runs column the value is multiplied by
+            n INTEGER NOT NULL,
+            total REAL NOT NULL,
+            total_sq REAL NOT NULL,
+            first_value REAL NOT NULL,         -- a stored figure and its unit, as its source states it
+            first_unit TEXT NOT NULL,
+            PRIMARY KEY (grp, optimizer, strategy, measure, scale)
+        ) WITHOUT ROWID;
+        CREATE TABLE seed_stats (              -- each measure of a configuration's ok runs of one seed
+            grp INTEGER NOT NULL,
+            measure TEXT NOT NULL,
+            seed INTEGER NOT NULL,
+            optimizer TEXT NOT NULL,
+            strategy TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            total REAL NOT NULL,
+            PRIMARY KEY (grp, measure, seed, optimizer, strategy)
+        ) WITHOUT ROWID;
+        CREATE TABLE pair_stats (              -- paired by seed: d = mean of a's seed - mean of b's, a < b
+            grp INTEGER NOT NULL,
+            measure TEXT NOT NULL,
+            a_optimizer TEXT NOT NULL,
+            a_strategy TEXT NOT NULL,
+            b_optimizer TEXT NOT NULL,
+            b_strategy TEXT NOT NULL,
+            n INTEGER NOT NULL,                -- seeds both configurations have
+            sum_d REAL NOT NULL,
+            sum_dd REAL NOT NULL,
+            PRIMARY KEY (grp, measure, a_optimizer, a_strategy, b_optimizer, b_strategy)
+        ) WITHOUT ROWID;
+        -- per epoch, what the fair protocol and honest measures add (measure/summary.py). From 0008 on,
+        -- cpu_util is the % of the cores the run used (capped at 100), from the process's CPU time
+        ALTER TABLE epochs ADD COLUMN eval_loss REAL;        -- held-out loss after the epoch
+        ALTER TABLE epochs ADD COLUMN eval_accuracy REAL;    -- held-out accuracy (top-1 of the targets)
+        ALTER TABLE epochs ADD COLUMN micro_batches INTEGER;
+        ALTER TABLE epochs ADD COLUMN samples INTEGER;
+        ALTER TABLE epochs ADD COLUMN tokens INTEGER;        -- input tokens, padding excluded (text models)
+        ALTER TABLE epochs ADD COLUMN model_flops REAL;      -- counted model FLOPs of the epoch's steps
+        ALTER TABLE epochs ADD COLUMN step_time_cv REAL;     -- spread of its step times (std / mean)
+        ALTER TABLE epochs ADD COLUMN others_cpu REAL;       -- cores other processes used meanwhile
+        -- Python: every existing run gets its group and is summarised (advisor/summaries.py: rebuild)
         """,
     ),
 ]

@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from advisor import summaries
 from advisor.schema import (
     BUSY_TIMEOUT_MS,
     MIGRATION_SET,
     MIGRATIONS,
+    PROTOCOLS,
     KBError,
     applied_migrations,
     cell_key,
@@ -38,7 +40,12 @@ from advisor.schema import (
     statements,
 )
 
-FINAL = ("ok", "oom", "diverged")  # outcomes a re-run would repeat; `failed` and `crashed` are run again
+FINAL = (
+    "ok",
+    "oom",
+    "diverged",
+    "untrained",
+)  # outcomes a re-run would repeat; `failed`, `crashed` run again
 JSON_COLUMNS = ("software", "config")  # run columns stored as JSON text
 LEASE_S = 120  # a running run's lease; its owner's heartbeat renews it every LEASE_S / 4
 LEGACY_RUNNING_S = 24 * 3600  # a running run from before leases, on another host, counts as alive this long
@@ -83,9 +90,9 @@ def open_kb(path: str | Path) -> sqlite3.Connection:
         )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _use_wal(conn)
-        conn.execute("PRAGMA foreign_keys = ON")
         refuse_newer(conn, path)
-        _migrate(conn)
+        _migrate(conn)  # foreign keys off: a migration that rebuilds `runs` must not cascade its drop
+        conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as e:
         raise _write_error(path, e) from e
     except sqlite3.DatabaseError as e:
@@ -166,16 +173,20 @@ def _migrate(conn: sqlite3.Connection) -> None:
             migrations.apply(db)  # nested: sqlite-utils uses savepoints inside an open transaction
 
 
-def _sql_migration(sql: str, before_index=None):
-    """A migration's statements, and its Python step (if any) before its CREATE UNIQUE INDEX."""
+def _sql_migration(sql: str, python=None):
+    """A migration's statements and its Python step, if any: (when, function), `when` being 'before index'
+    (before its first CREATE UNIQUE INDEX) or 'after'."""
+    when, step = python or (None, None)
 
     def migrate(db) -> None:
-        step = before_index
+        pending = step if when == "before index" else None
         for statement in statements(sql):
-            if step and "CREATE UNIQUE INDEX" in statement.upper():
-                step(db.conn)
-                step = None
+            if pending and "CREATE UNIQUE INDEX" in statement.upper():
+                pending(db.conn)
+                pending = None
             db.execute(statement)
+        if step and when == "after":
+            step(db.conn)
 
     return migrate
 
@@ -193,7 +204,10 @@ def _backfill_uids(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE runs SET uid = ? WHERE id = ?", [uid, run["id"]])
 
 
-PYTHON_STEPS = {"0007_run_identity_and_lease": _backfill_uids}
+PYTHON_STEPS = {
+    "0007_run_identity_and_lease": ("before index", _backfill_uids),
+    "0008_protocols_and_summaries": ("after", summaries.rebuild),
+}
 
 
 @contextmanager
@@ -262,7 +276,10 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict) -> int:
 def _run_row(run: dict) -> dict:
     """A run dict as its `runs` row: JSON columns serialized, a cell key and an identity given if missing
     (derived from its provenance, so that importing the same file twice adds it once)."""
-    row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id")}
+    row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id", "grp")}
+    if row.get("protocol") not in (None, *PROTOCOLS) and row.get("settings") is None:
+        row["settings"] = row.pop("protocol")  # files written before 0008 named the settings `protocol`
+    row["protocol"] = row.get("protocol") or "paper"
     for key in JSON_COLUMNS:
         if not isinstance(row.get(key), str):
             row[key] = json.dumps(row.get(key) or {}, sort_keys=True)
@@ -284,12 +301,13 @@ def _metric_row(run_id: int, m: dict) -> dict:
 
 
 def insert_run(conn: sqlite3.Connection, run: dict) -> int:
-    """Insert one run row plus its metrics and epochs (the caller owns the transaction)."""
+    """Insert one run row plus its metrics and epochs, and summarise it (the caller owns the transaction)."""
     run_id = _insert(conn, "runs", _run_row(run))
     for m in run.get("metrics", []):
         _insert(conn, "metrics", _metric_row(run_id, m))
     for e in run.get("epochs", []):
         add_epoch_row(conn, run_id, e)
+    summaries.add(conn, [run_id])
     return run_id
 
 
@@ -330,6 +348,7 @@ def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dic
                     f"FROM temp.staged_{table} WHERE run_id + ? IN (SELECT id FROM runs WHERE id > ?)",
                     [base, base, base],
                 )
+            summaries.add(conn, "SELECT id FROM runs WHERE id > ?", [base])
             for row in validations:
                 _insert_validation(conn, row)
     finally:
@@ -367,6 +386,12 @@ def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
     ).fetchone()
     if same is None:
         _insert(conn, "validations", row)
+
+
+def rebuild_summaries(conn: sqlite3.Connection) -> None:
+    """Recompute every summary from the runs, in one transaction: after a KB was edited by hand in SQL."""
+    with transaction(conn):
+        summaries.rebuild(conn)
 
 
 # --- claims, leases and the heartbeat -----------------------------------------------------------------
@@ -426,6 +451,7 @@ def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> 
             )
             if not is_alive(owner, lease, started, pid_alive)
         ]
+        summaries.remove(conn, [rid for rid, _, _ in stale])
         for run_id, owner, lease in stale:
             why = (
                 f"its owner ({owner}) stopped renewing its lease (expired {lease})"
@@ -436,6 +462,7 @@ def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> 
                 "UPDATE runs SET status = 'crashed', error = ?, finished_at = ? WHERE id = ?",
                 [why, now(), run_id],
             )
+        summaries.add(conn, [rid for rid, _, _ in stale])
     return len(stale)
 
 
@@ -492,9 +519,15 @@ def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:
         "runs",
         {k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS else v for k, v in fields.items()},
     )
+    if "grp" in fields:
+        raise KBError("a run's group is the store's to set, from its provenance.")
     with transaction(conn):
+        summaries.remove(conn, [run_id])
         sets = ", ".join(f"{k} = ?" for k in fields)
         conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*fields.values(), run_id])
+        if summaries.GROUP_KEY & set(fields):
+            conn.execute("UPDATE runs SET grp = NULL WHERE id = ?", [run_id])
+        summaries.add(conn, [run_id])
 
 
 def add_epoch(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
@@ -512,6 +545,7 @@ def finish_run(
 ) -> None:
     """The run's summary figures and final status, in one transaction."""
     with transaction(conn):
+        summaries.remove(conn, [run_id])
         for name, value, unit in metrics:
             conn.execute(
                 "INSERT OR REPLACE INTO metrics (run_id, name, value, unit, certainty) "
@@ -522,6 +556,7 @@ def finish_run(
             "UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?",
             [status, error, now(), run_id],
         )
+        summaries.add(conn, [run_id])
 
 
 # --- validations and predictions -------------------------------------------------------------------------

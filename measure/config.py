@@ -6,17 +6,27 @@ hashes it (seed excluded) into the run's cell key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 from measure.optimizers import DEFAULT_LR
 
-# Sizes per preset: micro-batch size, epochs, micro-batches per epoch. `paper` keeps the paper's batch
-# sizes, learning rates and 25 epochs; its epoch is shortened to `steps_per_epoch` micro-batches of
-# generated data (MM-IMDb's 15,552 training examples where the hub is reachable and you ask for them).
+# Per preset: micro-batch size, epochs, steps per epoch (optimizer updates under the fair protocol,
+# micro-batches under the paper's), held-out examples. `paper` keeps the paper's batch sizes and 25
+# epochs; its epoch is shortened to `steps_per_epoch` steps of generated data (MM-IMDb's 15,552 training
+# examples where the hub is reachable and you ask for them).
 PRESET_DEFAULTS = {
-    "tiny": dict(batch_size=4, epochs=2, steps_per_epoch=8),
-    "small": dict(batch_size=8, epochs=4, steps_per_epoch=24),
-    "paper": dict(epochs=25, steps_per_epoch=20),
+    "tiny": dict(batch_size=4, epochs=2, steps_per_epoch=4, eval_examples=16),
+    "small": dict(batch_size=8, epochs=4, steps_per_epoch=8, eval_examples=64),
+    "paper": dict(epochs=25, steps_per_epoch=20, eval_examples=256),
+}
+PROTOCOLS = ("fair", "paper")
+# How each protocol runs conjugate gradient: the fair protocol's stochastic variant (Armijo backtracking on
+# the step's own window, PR+ beta clipped to [0, 1], steepest descent every 10 steps and on non-descent);
+# the paper's fixed step at the shared rate, beta unclipped, no restarts.
+PROTOCOL_CGD = {
+    "fair": dict(cgd_line_search="armijo", cgd_restart_every=10, cgd_beta_max=1.0),
+    "paper": dict(cgd_line_search="fixed", cgd_restart_every=0, cgd_beta_max=math.inf),
 }
 PAPER = {  # arXiv 2608.08961, section 3: one learning rate per model, shared by every optimizer
     "vit": dict(lr=3e-4, batch_size=64),
@@ -33,42 +43,94 @@ class RunConfig:
     optimizer: str = "adam"  # sgd | adam | adamw | adagrad | adadelta | cgd
     strategy: str = "standard"  # standard | checkpointing | accumulation | checkpointing+accumulation
     seed: int = 0  # model init, data generation and shuffling
+    protocol: str = "fair"  # fair (measure/protocol.py: held-out loss, equal updates) | paper (the paper's)
+    dtype: str = "fp32"  # fp32 | bf16-mixed (autocast to bfloat16, fp32 weights and optimizer state)
     epochs: int | None = None  # None: the preset's
-    steps_per_epoch: int | None = None  # micro-batches per epoch, the same for every strategy (same data)
+    # fair: optimizer updates per epoch, the same for every strategy (accumulation takes k micro-batches
+    # per update: k times the data and compute); paper: micro-batches per epoch, the same for every strategy
+    steps_per_epoch: int | None = None
     batch_size: int | None = None  # micro-batch size; None: the preset's (paper: the paper's per model)
     accumulation_steps: int = 4  # micro-batches per optimizer step with accumulation (the paper: 4)
-    lr: float | None = None  # None: the paper's per-model rate (paper preset), else the optimizer's default
+    lr: float | None = (
+        None  # None: the paper's per-model rate (paper protocol and preset), else the optimizer's
+    )
+    lr_grid: tuple[float, ...] | None = (
+        None  # the rates --tune-lr tried on its tuning seed, where lr is the best
+    )
+    role: str = "grid"  # grid | tuning (a --tune-lr run: stored under source measured:tuning, never answers)
+    eval_examples: int | None = None  # held-out examples (fair protocol); None: the preset's
+    target_loss: float | None = None  # time to target: the held-out loss to reach; None: rules/protocol.toml
     warmup_ratio: float | None = None  # linear LR warm-up over this share of the steps (paper: 0.03 on llama)
     device: str = "auto"  # auto | cpu | cuda
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
     divergence_factor: float = 10.0  # a loss above this × the first step's loss (or NaN/inf) is 'diverged'
     memory_cap_gb: float | None = None  # CUDA: a per-process memory fraction; CPU: a host-RSS cap → 'oom'
-    cgd_line_search: str = "fixed"  # fixed (the paper: the shared lr) | armijo | secant
     cgd_beta: str = "pr+"  # pr+ (Polak–Ribière+) | fr (Fletcher–Reeves)
+    # None: the protocol's (PROTOCOL_CGD). Line search: armijo (backtracks on the step's window) | fixed |
+    # secant; restart: steepest descent every n steps (0: never), and always on non-descent; beta clipped to
+    # [0, beta_max] against minibatch noise (inf: unclipped)
+    cgd_line_search: str | None = None
+    cgd_restart_every: int | None = None
+    cgd_beta_max: float | None = None
 
     def resolved(self) -> RunConfig:
-        """Every None filled from the preset, the paper's settings and the optimizer's default rate."""
+        """Every None filled from the preset, the protocol, the paper's settings and the optimizer's default
+        rate (the paper's one rate per model only under the paper's protocol)."""
         preset = dict(PRESET_DEFAULTS.get(self.preset, PRESET_DEFAULTS["small"]))
         paper = PAPER.get(self.model, {}) if self.preset == "paper" else {}
-        fill = {**preset, **paper}
+        if self.protocol != "paper":
+            paper = {k: v for k, v in paper.items() if k != "lr"}
+        fill = {**preset, **paper, **PROTOCOL_CGD.get(self.protocol, PROTOCOL_CGD["fair"])}
         fill.setdefault("batch_size", 8)
         fill.setdefault("lr", DEFAULT_LR[self.optimizer])
         fill.setdefault("warmup_ratio", 0.0)
         return replace(self, **{k: v for k, v in fill.items() if getattr(self, k) is None})
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if out["cgd_beta_max"] == math.inf:
+            out["cgd_beta_max"] = "inf"  # JSON has no infinity
+        if out["lr_grid"] is not None:
+            out["lr_grid"] = list(out["lr_grid"])
+        return out
 
-    def protocol(self) -> str:
-        """What this (unresolved) configuration changes from the preset's defaults, for the runs table.
+    def settings(self) -> str:
+        """What this (unresolved) configuration changes from its protocol's defaults, for the runs table.
 
-        The model, preset, cell (optimizer, strategy), seed and device are not protocol: the evidence
-        group and the hardware already say them."""
-        cell = {"model", "preset", "optimizer", "strategy", "seed", "device"}
-        default = RunConfig()
+        The model, preset, cell (optimizer, strategy), seed, device and protocol are not settings: the
+        evidence group and the hardware already say them. A tuned rate is the protocol's own choice."""
+        cell = {"model", "preset", "optimizer", "strategy", "seed", "device", "protocol", "role"}
+        if self.lr_grid is not None:
+            cell |= {"lr", "lr_grid"}
+        default = RunConfig(protocol=self.protocol)
         changed = [f"{k}={v}" for k, v in asdict(self).items() if k not in cell and v != getattr(default, k)]
+        if self.lr_grid is not None:
+            changed.insert(0, "lr tuned")
         return ", ".join(changed) or "preset defaults"
+
+    @property
+    def window(self) -> int:
+        """Micro-batches per optimizer update."""
+        uses = self.strategy in ("accumulation", "checkpointing+accumulation")
+        return self.accumulation_steps if uses else 1
+
+    @property
+    def updates_per_epoch(self) -> int:
+        """Optimizer updates per epoch (resolved configs): equal for every strategy under the fair protocol."""
+        return self.steps_per_epoch if self.protocol == "fair" else self.steps_per_epoch // self.window
+
+    @property
+    def micro_batches_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.window if self.protocol == "fair" else self.steps_per_epoch
+
+    @property
+    def train_examples(self) -> int:
+        """The training set's size: under the fair protocol every strategy draws from the same set, the one
+        accumulation needs for an epoch (a plain step samples a fresh part of it every epoch)."""
+        if self.protocol == "fair":
+            return self.steps_per_epoch * self.batch_size * self.accumulation_steps
+        return self.steps_per_epoch * self.batch_size
 
     @property
     def label(self) -> str:

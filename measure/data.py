@@ -19,6 +19,11 @@ from measure import tokenizer
 from measure.tokenizer import BOS, EOS
 
 MMIMDB = "pranavmr/MM-IMDb"
+# The held-out sets, one for every run, generated from these seeds: `validation` is what --tune-lr chooses
+# rates on, `test` what runs report (held-out loss, accuracy, time to target, "did not train"), so that
+# no reported figure is measured on the data that chose the rate.
+HELDOUT_SEEDS = {"test": 10_007, "validation": 10_009}
+EVAL_SEED = HELDOUT_SEEDS["test"]  # also fixes the held-out batches' collation randomness
 GENRES = [
     "drama",
     "comedy",
@@ -101,12 +106,49 @@ def load(family, shape, n_samples: int, seed: int):
     return encoded.shuffle(seed=seed).with_format("numpy"), source
 
 
-def _mmimdb(n_samples: int):
-    """The paper's MM-IMDb (plot, genre, poster), or None where the hub cannot be reached."""
+def load_heldout(family, shape, n_samples: int, split: str = "test", hub: bool = False):
+    """A held-out set: n_samples examples no training run sees, the same for every seed and configuration;
+    `validation` and `test` are disjoint. From the hub (MM-IMDb's last training examples: test the last
+    n_samples, validation the n_samples before them) when the training data came from it (`hub`), else
+    generated from the split's seed: training and held-out data always come from the same corpus.
+
+    Returns (dataset, name of the data source)."""
+    import datasets
+
+    if split not in HELDOUT_SEEDS:
+        raise ValueError(f"held-out split must be one of {', '.join(HELDOUT_SEEDS)}, not {split!r}")
+    datasets.disable_progress_bars()
+    if hub:
+        n = n_samples
+        rows = f"train[-{n}:]" if split == "test" else f"train[-{2 * n}:-{n}]"
+        raw = _mmimdb(n, rows)
+        if raw is None:
+            raise RuntimeError(f"{MMIMDB} served the training data but not the {split} set: run again")
+        source = f"{MMIMDB} {rows} ({split})"
+    else:
+        seed = HELDOUT_SEEDS[split]
+        raw = datasets.Dataset.from_dict(_generated(n_samples, seed))
+        source = f"generated MM-IMDb-like corpus (offline), seed {seed} ({split})"
+    encoded = raw.map(lambda ex: family.encode(shape, ex), remove_columns=raw.column_names)
+    return encoded.with_format("numpy"), source
+
+
+def heldout_batches(dataset, family, batch_size: int) -> Iterator[dict]:
+    """The held-out set in order, the last batch possibly smaller, collated with fixed randomness (the
+    encoder's masks): every evaluation of every run sees the same batches."""
+    for start in range(0, len(dataset), batch_size):
+        rows = dataset[start : start + batch_size]
+        yield family.collate(rows, np.random.default_rng([EVAL_SEED, start]))
+
+
+def _mmimdb(n_samples: int, rows: str | None = None):
+    """The paper's MM-IMDb (plot, genre, poster): its first n_samples training examples (or the `rows`
+    slice, e.g. "train[-64:]"), or None where the hub cannot be reached."""
     import datasets
 
     try:
-        ds = datasets.load_dataset(MMIMDB, split=f"train[:{n_samples}]")
+        split = rows or f"train[:{n_samples}]"
+        ds = datasets.load_dataset(MMIMDB, split=split)
     except Exception:  # no network, no access, or a changed dataset: fall back to the generated corpus
         return None
     plot = next(c for c in ("plot", "text", "overview") if c in ds.column_names)

@@ -80,6 +80,11 @@ def owner() -> str:
 
 
 def pid_alive(owner_tag: str) -> bool:
-    """Whether the process of a 'host:pid' owner on this host still exists (leases decide for other hosts)."""
+    """Whether the process of a 'host:pid' owner on this host still runs (leases decide for other hosts)."""
     pid = owner_tag.rsplit(":", 1)[-1]
-    return pid.isdigit() and int(pid) != 0 and psutil.pid_exists(int(pid))
+    if not pid.isdigit() or int(pid) == 0:
+        return False
+    try:  # a zombie is dead: where nothing reaps orphans (PID 1 of some containers) it lingers as one
+        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -57,14 +57,23 @@ def make_optimizer(
 class ConjugateGradient(torch.optim.Optimizer):
     """Nonlinear conjugate gradient over all parameters as one vector.
 
-    direction d_k = -g_k + beta_k d_{k-1}, with beta Polak–Ribière+ (max(0, g·(g - g_prev) / |g_prev|²),
-    default) or Fletcher–Reeves (|g|² / |g_prev|²); restarts with steepest descent every `restart_every`
-    steps and whenever d is not a descent direction. Step length along d:
+    direction d_k = -g_k + beta_k d_{k-1}, with beta Polak–Ribière+ (g·(g - g_prev) / |g_prev|², default)
+    or Fletcher–Reeves (|g|² / |g_prev|²), clipped to [0, beta_max]: on stochastic minibatches consecutive
+    gradients come from different batches, so g - g_prev is mostly noise and an unclipped beta amplifies it
+    (logged on ViT-small, PR+ reached 12.7 and the loss spiked after it); beta_max=None leaves it unclipped,
+    as exact CG on a quadratic needs. Restarts with steepest descent every `restart_every` steps (None:
+    never periodically), whenever d is not a descent direction, and after a failed line search.
+    Step length along d:
       - "fixed": lr (the paper's setting: the same rate as every other optimizer);
-      - "armijo": backtracking from lr until f(x + a d) <= f(x) + c1 a g·d (needs a closure);
+      - "armijo": backtracking from lr by `backtrack` until f(x + a d) <= f(x) + c1 a g·d on the closure's
+        minibatch, at most `max_backtracks` tries; if none passes, no step (see `_armijo`);
       - "secant": one extra gradient at x + lr d gives the curvature d·H·d; exact on quadratics, so with it
-        CG converges in at most n steps on an n-dimensional quadratic (needs a closure).
-    A closure re-evaluates the loss and its gradients (zero_grad, forward, backward), as for torch's LBFGS.
+        (and beta_max=None, restart_every=None) CG converges in at most n steps on an n-dimensional quadratic.
+    A closure re-evaluates the loss and its gradients (zero_grad, forward, backward), as for torch's LBFGS;
+    armijo and secant need one, deterministic (no fresh dropout mask per call) for Armijo's guarantee to hold.
+    The defaults are the grid's stochastic settings except the line search: "fixed" needs no closure, so the
+    optimizer steps like any torch optimizer. After step() the parameters' .grad is the gradient at the
+    point the step started from, in every mode, as with torch's optimizers.
     """
 
     def __init__(
@@ -73,7 +82,8 @@ class ConjugateGradient(torch.optim.Optimizer):
         lr: float = 0.05,
         beta: str = "pr+",
         line_search: str = "fixed",
-        restart_every: int | None = None,
+        restart_every: int | None = 10,
+        beta_max: float | None = 1.0,
         c1: float = 1e-4,
         backtrack: float = 0.5,
         max_backtracks: int = 20,
@@ -82,16 +92,22 @@ class ConjugateGradient(torch.optim.Optimizer):
             raise ValueError("beta must be 'pr+' (Polak-Ribiere+) or 'fr' (Fletcher-Reeves)")
         if line_search not in ("fixed", "armijo", "secant"):
             raise ValueError("line_search must be 'fixed', 'armijo' or 'secant'")
+        if beta_max is not None and beta_max < 0:
+            raise ValueError("beta_max must be >= 0 (or None: unclipped)")
         defaults = dict(
             lr=lr,
             beta=beta,
             line_search=line_search,
             restart_every=restart_every,
+            beta_max=beta_max,
             c1=c1,
             backtrack=backtrack,
             max_backtracks=max_backtracks,
         )
         super().__init__(params, defaults)
+        if line_search != "fixed" and len(self.param_groups) > 1:
+            # each group's search re-runs the closure, which moves every gradient and the loss under the others
+            raise ValueError(f"line_search={line_search!r} needs all parameters in one group")
 
     def _params(self, group) -> list[torch.Tensor]:
         return [p for p in group["params"] if p.grad is not None]
@@ -108,6 +124,19 @@ class ConjugateGradient(torch.optim.Optimizer):
             p.add_(direction[offset : offset + n].view_as(p), alpha=alpha)
             offset += n
 
+    @staticmethod
+    def _set_grads(params, flat: torch.Tensor) -> None:
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+    @staticmethod
+    def _evaluate(closure) -> float:
+        with torch.enable_grad():
+            return float(closure().detach())
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -119,53 +148,70 @@ class ConjugateGradient(torch.optim.Optimizer):
             if not params:
                 continue
             state = self.state[params[0]]  # the whole group's state lives on its first parameter
-            g = self._flat_grad(params)
-            d = self._direction(group, state, g)
-            slope = float(g @ d)  # directional derivative g·d < 0
-            alpha = self._step_length(group, params, d, g, slope, loss, closure)
-            self._add(params, d, alpha)
+            g = self._flat_grad(params)  # a copy: the line search's evaluations overwrite .grad
+            d, state["beta"] = self._direction(group, state, g)
+            # the last step's vectors are spent: freed before the line search's forward and backward passes
             state["prev_grad"], state["prev_dir"] = g, d
+            if not self._move(group, params, g, d, loss, closure):
+                state["prev_grad"] = state["prev_dir"] = None  # a failed search forgets d: next step restarts
+            if group["line_search"] != "fixed":
+                self._set_grads(params, g)
             state["step"] = state.get("step", 0) + 1
         return loss
 
-    def _direction(self, group, state, g: torch.Tensor) -> torch.Tensor:
+    def _direction(self, group, state, g: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(d, beta): the conjugate direction, or (-g, 0) on a restart."""
         prev_g, prev_d, k = state.get("prev_grad"), state.get("prev_dir"), state.get("step", 0)
         restart = group["restart_every"]
         if prev_g is None or (restart and k % restart == 0):
-            return -g
+            return -g, 0.0
         denom = float(prev_g @ prev_g)
         if denom == 0.0:
-            return -g
-        if group["beta"] == "fr":
-            beta = float(g @ g) / denom
-        else:
-            beta = max(0.0, float(g @ (g - prev_g)) / denom)
+            return -g, 0.0
+        beta = float(g @ g) / denom if group["beta"] == "fr" else float(g @ (g - prev_g)) / denom
+        beta = max(0.0, beta if group["beta_max"] is None else min(beta, group["beta_max"]))
         d = -g + beta * prev_d
-        return d if float(g @ d) < 0 else -g  # not a descent direction: restart
+        return (d, beta) if float(g @ d) < 0 else (-g, 0.0)  # not a descent direction: restart
 
-    def _step_length(self, group, params, d, g, slope, loss, closure) -> float:
-        lr, mode = group["lr"], group["line_search"]
+    def _move(self, group, params, g, d, loss, closure) -> float:
+        """Move the parameters along d by the mode's step length; returns that length (0: no step)."""
+        mode = group["line_search"]
         if mode == "fixed":
-            return lr
+            self._add(params, d, group["lr"])
+            return group["lr"]
         if closure is None:
             raise RuntimeError(f"line_search={mode!r} needs a closure that re-evaluates the loss")
+        slope = float(g @ d)  # directional derivative g·d < 0
         if mode == "secant":
-            self._add(params, d, lr)
-            with torch.enable_grad():
-                closure()
-            curvature = (float(self._flat_grad(params) @ d) - slope) / lr  # d·H·d
-            self._add(params, d, -lr)
-            return -slope / curvature if curvature > 0 else lr
-        f0, alpha = float(loss.detach()), lr
+            return self._secant(group, params, d, slope, closure)
+        return self._armijo(group, params, d, slope, float(loss.detach()), closure)
+
+    def _secant(self, group, params, d, slope: float, closure) -> float:
+        """The minimiser along d of the quadratic through f's slope at x and at x + lr d."""
+        lr = group["lr"]
+        self._add(params, d, lr)
+        self._evaluate(closure)
+        curvature = (float(self._flat_grad(params) @ d) - slope) / lr  # d·H·d
+        self._add(params, d, -lr)
+        alpha = -slope / curvature if curvature > 0 else lr
+        self._add(params, d, alpha)
+        return alpha
+
+    def _armijo(self, group, params, d, slope: float, f0: float, closure) -> float:
+        """The first of lr, lr·backtrack, … that passes f(x + a d) <= f(x) + c1 a g·d, with the parameters
+        left at x + a d, where it was evaluated; 0 with the parameters back at x (up to rounding) if none of
+        `max_backtracks` tries passes. No step rather than the smallest: its decrease was not verified (a
+        descent d fails only where the loss is not smooth at that scale or float noise swamps the change),
+        and an unverified step is what Armijo is there to prevent."""
+        alpha, at = group["lr"], 0.0
         for _ in range(group["max_backtracks"]):
-            self._add(params, d, alpha)
-            with torch.enable_grad():
-                f = float(closure().detach())
-            self._add(params, d, -alpha)
-            if f <= f0 + group["c1"] * alpha * slope:
+            self._add(params, d, alpha - at)  # from the previous trial point: one update per trial
+            at = alpha
+            if self._evaluate(closure) <= f0 + group["c1"] * alpha * slope:
                 return alpha
             alpha *= group["backtrack"]
-        return alpha
+        self._add(params, d, -at)
+        return 0.0
 
 
 def quadratic(n: int, condition: float = 100.0, seed: int = 0):

@@ -15,11 +15,13 @@ def will_not_fit(cfg: RunConfig, rules=None) -> str | None:
 
     payload = _prediction(cfg.model, cfg.optimizer, cfg.strategy, cfg.device, rules)
     need = sum(tensor_peak(payload, cfg.batch_size)[1].values()) / 1e9
-    have = available_gb(cfg.device) * MARGIN
+    capped = cfg.memory_cap_gb is not None and cfg.memory_cap_gb < available_gb(cfg.device)
+    have = (cfg.memory_cap_gb if capped else available_gb(cfg.device)) * MARGIN
     if need <= have:
         return None
+    where = "under --memory-cap" if capped else "on this machine"
     return (
-        f"predicted {need:.1f} GB of tensors > {have:.1f} GB available on this machine (advisor fit): not "
+        f"predicted {need:.1f} GB of tensors > {have:.1f} GB available {where} (advisor fit): not "
         f"built. --preset applies to vit, modernbert, llama and nanovlm; pass a smaller config for your own model"
     )
 

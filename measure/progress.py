@@ -1,7 +1,13 @@
 """Progress of `advisor measure`: the callbacks the runner and trainer make (`Reporter`, silent), and the
-rich bars for a terminal: the grid (cells done/total, ETA) and the cell (steps, live loss)."""
+rich bars for a terminal: the grid (cells done/total, ETA) and the cell (steps, live loss).
+
+A cell runs in its own process: there `ForwardingReporter` sends its progress as messages (steps batched, a
+few a second), and the grid's process `replay`s them into its own Reporter."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import (
@@ -24,6 +30,40 @@ class Reporter:
     def cell_end(self, result) -> None: ...
 
 
+class ForwardingReporter(Reporter):
+    """A cell's progress as messages for `send`: ("cell_start", config, total_steps) and ("steps",
+    [loss, ...]), the steps batched to at most one message per `interval` seconds."""
+
+    def __init__(self, send: Callable[[tuple], None], interval: float = 0.1):
+        self.send, self.interval = send, interval
+        self.losses: list[float] = []
+        self.sent = -interval
+
+    def cell_start(self, config, total_steps: int) -> None:
+        self.flush()
+        self.send(("cell_start", config, total_steps))
+
+    def step(self, loss: float) -> None:
+        self.losses.append(loss)
+        if time.monotonic() - self.sent >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.losses:
+            self.send(("steps", self.losses))
+            self.losses = []
+        self.sent = time.monotonic()
+
+
+def replay(message: tuple, reporter: Reporter) -> None:
+    """A ForwardingReporter's message, made again on `reporter`."""
+    if message[0] == "cell_start":
+        reporter.cell_start(message[1], message[2])
+    elif message[0] == "steps":
+        for loss in message[1]:
+            reporter.step(loss)
+
+
 STATUS_STYLE = {
     "ok": "green",
     "skipped": "dim",
@@ -31,7 +71,13 @@ STATUS_STYLE = {
     "diverged": "red",
     "failed": "red",
     "crashed": "red",
+    "untrained": "yellow",
 }
+
+
+def status_style(status: str) -> str:
+    """The rich style of a cell's status ('default' for one this table does not know: never an empty tag)."""
+    return STATUS_STYLE.get(status, "default")
 
 
 class RichReporter(Reporter):
@@ -69,7 +115,7 @@ class RichReporter(Reporter):
         self.progress.update(self.cell_task, advance=1, info=f"loss {loss:.4g}")
 
     def cell_end(self, result) -> None:
-        style = STATUS_STYLE.get(result.status, "")
+        style = status_style(result.status)
         loss = f" loss {result.loss:.4g}" if result.loss is not None else ""
         self.progress.update(self.grid_task, advance=1, info=f"last: [{style}]{result.status}[/]{loss}")
         if result.status not in ("ok", "skipped"):
@@ -82,7 +128,7 @@ def summary_table(results: list) -> Table:
     for col in ("model", "optimizer", "strategy", "seed", "status", "loss", "s/epoch", "peak GB"):
         table.add_column(col, justify="right" if col in ("seed", "loss", "s/epoch", "peak GB") else "left")
     for r in results:
-        style = STATUS_STYLE.get(r.status)
+        style = status_style(r.status)
         table.add_row(
             r.config.model,
             r.config.optimizer,

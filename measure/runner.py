@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from advisor import store
 from advisor.schema import KBError, cell_key
 from measure.config import RunConfig
 from measure.hardware import describe, owner, pid_alive, resolve_device
 from measure.progress import Reporter
-from measure.trainer import Diverged, OutOfMemory, Trainer
+from measure.trainer import Diverged, OutOfMemory, Trainer, Untrained
 
 SOURCE = "measured"
+TUNING_SOURCE = "measured:tuning"
 
 
 @dataclass
@@ -133,7 +133,7 @@ def plan_grid(
     )
     for cfg in configs:
         r = cfg.resolved()
-        if r.steps_per_epoch % window_size(r.strategy, r.accumulation_steps):
+        if r.protocol == "paper" and r.steps_per_epoch % window_size(r.strategy, r.accumulation_steps):
             raise PlanError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
                 f"{r.accumulation_steps}: accumulation would drop micro-batches.",
@@ -152,35 +152,29 @@ def _check_names(rules, optimizers: list[str], strategies: list[str]) -> None:
                 raise PlanError(f"unknown {flag} {name!r}. Choose from: {', '.join(known)}.", f"--{flag}")
 
 
-def run_grid(
-    configs: list[RunConfig], db_path: Path, reporter: Reporter | None = None, rules=None
-) -> list[CellResult]:
-    """Every cell in order, into the KB at db_path (created if needed)."""
-    reporter = reporter or Reporter()
-    results = []
-    with store.writing(db_path) as conn, store.Heartbeat(db_path) as heartbeat:
-        store.mark_crashed(conn, pid_alive)
-        reporter.grid_start(len(configs))
-        for cfg in configs:
-            result = run_cell(cfg, conn, reporter, rules, heartbeat)
-            results.append(result)
-            reporter.cell_end(result)
-    return results
-
-
 def run_cell(
-    cfg: RunConfig, conn, reporter: Reporter | None = None, rules=None, heartbeat=None
+    cfg: RunConfig,
+    conn,
+    reporter: Reporter | None = None,
+    rules=None,
+    heartbeat=None,
+    order: dict | None = None,
 ) -> CellResult:
     """Claim one cell in the KB, train it, record every epoch and the outcome; never raises for a failure of
-    the cell itself (Ctrl-C is recorded as crashed, then re-raised). The heartbeat keeps the claim's lease."""
-    protocol = cfg.protocol()
+    the cell itself (Ctrl-C is recorded as crashed, then re-raised). The heartbeat keeps the claim's lease.
+
+    order: where the cell ran in its grid ({"seed", "position", "cells"}), recorded with the run (not part
+    of its cell key): drift over a grid can then be told from a configuration's effect."""
+    settings = cfg.settings()
     cfg = cfg.resolved()
     try:
         device = resolve_device(cfg.device)
     except ValueError as e:
         return CellResult(cfg, "failed", error=str(e))
     cfg = replace(cfg, device=device)
-    run = cell_run(cfg, protocol, describe(device), rules)
+    run = cell_run(cfg, settings, describe(device), rules)
+    if order is not None:
+        run["config"] = {**run["config"], "order": order}
     if run["preset"] == "custom":
         from measure.preflight import will_not_fit
 
@@ -212,15 +206,16 @@ def run_cell(
     )
 
 
-def cell_run(cfg: RunConfig, protocol: str, machine: dict, rules=None) -> dict:
-    """The runs row a resolved cell is claimed with: its identity, provenance and configuration."""
+def cell_run(cfg: RunConfig, settings: str, machine: dict, rules=None) -> dict:
+    """The runs row a resolved cell is claimed with: its identity, provenance and configuration. Runs of
+    --tune-lr go to their own source: they choose the rates, they are not evidence to answer from."""
     from advisor.model_ref import resolve_model
     from advisor.rules import load_rules
 
     rules = rules or load_rules()
     reference = cfg.model in rules.reference_models()
     return {
-        "source": SOURCE,
+        "source": TUNING_SOURCE if cfg.role == "tuning" else SOURCE,
         "cell_key": cell_key(cfg.as_dict()),
         "seed": cfg.seed,
         "model": cfg.model,
@@ -229,28 +224,32 @@ def cell_run(cfg: RunConfig, protocol: str, machine: dict, rules=None) -> dict:
         "strategy": cfg.strategy,
         "preset": cfg.preset if reference else "custom",
         "config": cfg.as_dict(),
-        "protocol": protocol,
+        "settings": settings,
+        "protocol": cfg.protocol,
         "owner": owner(),
         **machine,
     }
 
 
 def train_cell(cfg: RunConfig, reporter=None, on_built=None, on_epoch=None, rules=None) -> CellOutcome:
-    """Train a resolved cell and classify how it ended: ok, diverged, oom, failed (or crashed on Ctrl-C)."""
+    """Train a resolved cell and classify how it ended: ok, diverged, untrained, oom, failed (or crashed on
+    Ctrl-C)."""
     trainer = Trainer(cfg, reporter, on_built, on_epoch, rules)
     interrupted = False
     try:
         trainer.train()
         status, error = "ok", None
+        if trainer.tensors_error:  # trained: only the tensor figures are missing, and why is kept
+            error = f"no tensor figures: PyTorch's MemTracker failed ({_first_line(trainer.tensors_error)})"
     except KeyboardInterrupt:
         status, error, interrupted = "crashed", "interrupted by the user", True
-    except (
-        KBError
-    ):  # the KB cannot take the cell's epochs (a full disk): the grid stops, it is no cell failure
+    except KBError:  # the KB cannot take the cell's epochs (a full disk): the grid stops, no cell failure
         trainer.release()
         raise
     except Diverged as e:
         status, error = "diverged", str(e)
+    except Untrained as e:
+        status, error = "untrained", str(e)
     except Exception as e:  # the cell failed; the grid goes on
         if is_oom(e):
             peak = trainer.peak_memory_gb()

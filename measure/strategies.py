@@ -11,6 +11,7 @@ logged loss is that unscaled per-target mean.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 
@@ -49,6 +50,16 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: torch.as_tensor(v).to(device) if k != "n_targets" else v for k, v in batch.items()}
 
 
+def autocast(device: torch.device, dtype: str):
+    """The forward's precision: bf16-mixed autocasts to bfloat16 (weights, gradients and optimizer state
+    stay fp32); fp32 runs as is."""
+    if dtype == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if dtype != "fp32":
+        raise ValueError(f"unknown dtype {dtype!r}; choose from fp32, bf16-mixed")
+    return nullcontext()
+
+
 def train_step(
     model,
     optimizer,
@@ -56,6 +67,7 @@ def train_step(
     window: list[dict],
     device: torch.device,
     before_micro_batch: Callable[[], None] | None = None,
+    dtype: str = "fp32",
 ) -> float:
     """One optimizer step over a window of micro-batches; returns the window's mean loss per target.
 
@@ -69,15 +81,23 @@ def train_step(
     for batch in batches:
         if before_micro_batch:
             before_micro_batch()
-        loss = family.summed_loss(model, batch)
+        with autocast(device, dtype):
+            loss = family.summed_loss(model, batch)
         (loss / total_targets).backward()
         summed += loss.item()
+    computed = [True]  # the loss and gradients at the step's start are already here
 
-    def closure():  # for line-searching optimizers (CGD): the same window's loss and gradient again
+    def closure():  # for line-searching optimizers (CGD): the same window's loss and gradient
+        if computed[0]:  # the optimizer's first call, at the point just evaluated: no second pass
+            computed[0] = False
+            return torch.tensor(summed / total_targets, device=device)
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
         for batch in batches:
-            part = family.summed_loss(model, batch) / total_targets
+            if before_micro_batch:
+                before_micro_batch()
+            with autocast(device, dtype):
+                part = family.summed_loss(model, batch) / total_targets
             part.backward()
             total += part.detach()
         return total

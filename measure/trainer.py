@@ -1,5 +1,7 @@
 """The training loop of one cell, as the harness runs it: build the model and data, train epoch by epoch
-under the resource monitor, time every step, stop on divergence or a crossed memory cap.
+under the resource monitor, time every step, stop on divergence or a crossed memory cap; under the fair
+protocol, evaluate on held-out data before training and after every epoch; last, one measured step for
+the peak of live tensor bytes.
 
 The trainer knows nothing of the KB: it reports through callbacks (`on_built` once the model exists,
 `on_epoch` with each finished epoch's row), so the same loop serves the local grid, a forked cell and a
@@ -16,7 +18,8 @@ from collections.abc import Callable
 
 from measure.config import RunConfig
 from measure.progress import Reporter
-from measure.summary import epoch_row, peak_only, run_metrics
+from measure.protocol import TargetClock, Untrained, check_trained, contended, target_loss
+from measure.summary import EpochWork, epoch_row, peak_only, run_metrics
 
 
 class Diverged(Exception):
@@ -25,6 +28,9 @@ class Diverged(Exception):
 
 class OutOfMemory(Exception):
     """An allocation failed (CUDA or host) or the memory cap was crossed."""
+
+
+__all__ = ["Diverged", "OutOfMemory", "Trainer", "Untrained"]
 
 
 class Trainer:
@@ -38,11 +44,17 @@ class Trainer:
         on_epoch: Callable[[dict], None] | None = None,
         rules=None,
     ):
-        self.cfg, self.reporter, self.rules = cfg, reporter or Reporter(), rules
+        from advisor.rules import load_rules
+
+        self.cfg, self.reporter, self.rules = cfg, reporter or Reporter(), rules or load_rules()
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
-        self.model = self.optimizer = self.monitor = self.scheduler = self.family = None
+        self.model = self.optimizer = self.monitor = self.scheduler = self.family = self.heldout = None
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
+        self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
+        self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None
+        self.clock = TargetClock(None)
+        self.checking_s = 0.0  # this epoch's time spent checking the target (not training)
 
     def setup(self) -> None:
         """Build the model (on the device), the optimizer and the schedule; apply the strategy."""
@@ -64,74 +76,171 @@ class Trainer:
         self.built, self.family = built, built.family
         self.model = built.model.to(self.device)
         prepare(self.model, cfg.strategy)
-        cgd = {"line_search": cfg.cgd_line_search, "beta": cfg.cgd_beta} if cfg.optimizer == "cgd" else {}
+        cgd = {}
+        if cfg.optimizer == "cgd":
+            cgd = dict(
+                line_search=cfg.cgd_line_search,
+                beta=cfg.cgd_beta,
+                restart_every=cfg.cgd_restart_every,
+                beta_max=cfg.cgd_beta_max,
+            )
         self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, **cgd)
-        self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, self.steps_per_epoch * cfg.epochs)
+        self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
 
     @property
     def window(self) -> int:
-        from measure.strategies import window_size
-
-        return window_size(self.cfg.strategy, self.cfg.accumulation_steps)
+        return self.cfg.window
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimizer steps per epoch: every strategy sees the same micro-batches."""
-        return self.cfg.steps_per_epoch // self.window
+        """Optimizer updates per epoch (equal for every strategy under the fair protocol)."""
+        return self.cfg.updates_per_epoch
 
     def train(self) -> None:
-        """Set up, then train every epoch; raises Diverged, OutOfMemory or whatever the cell raised."""
+        """Set up, then train every epoch; raises Diverged, Untrained, OutOfMemory or what the cell raised."""
         from measure.data import load
-        from measure.monitor import Monitor
+        from measure.flops import device_peak, forward_flops_per_position
+        from measure.heldout import HeldOut
+        from measure.monitor import Monitor, process_rss_gb
 
         cfg = self.cfg
-        if cfg.steps_per_epoch % self.window:
+        if cfg.protocol == "paper" and cfg.steps_per_epoch % self.window:
             raise ValueError(
                 f"steps per epoch ({cfg.steps_per_epoch}) must be a multiple of the accumulation "
                 f"steps ({self.window})"
             )
+        self.baseline_rss_gb = process_rss_gb()  # before the model: the interpreter and its libraries
         self.setup()
-        dataset, source = load(self.family, self.built.shape, cfg.steps_per_epoch * cfg.batch_size, cfg.seed)
-        self.on_built(dict(n_params=self.built.n_params, pretrained=self.built.pretrained, data=source))
+        dataset, source = load(self.family, self.built.shape, cfg.train_examples, cfg.seed)
+        data = {"train": source}
+        if cfg.protocol == "fair":
+            from measure.data import MMIMDB
+
+            split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
+            self.heldout = HeldOut(
+                self.family, self.built.shape, cfg.eval_examples, cfg.batch_size, split, source == MMIMDB
+            )
+            data["heldout"] = self.heldout.source
+            self.clock = TargetClock(target_loss(cfg, self.family.name, self.rules))
+        self.on_built(dict(n_params=self.built.n_params, pretrained=self.built.pretrained, data=data))
+        first = next(iter_batches(dataset, self.family, cfg, 0))
+        self.flops_per_position = forward_flops_per_position(
+            self.model, self.family, first, self.device, cfg.dtype
+        )
+        self.peak = device_peak(self.device, cfg.dtype, self.rules)
         self.reporter.cell_start(cfg, self.steps_per_epoch * cfg.epochs)
         cap = None if self.device.type == "cuda" else cfg.memory_cap_gb
         with Monitor(memory_cap_gb=cap) as self.monitor:
+            if self.heldout is not None:
+                self.initial_eval = self.heldout.evaluate(self.model, self.device, cfg.dtype)
             for epoch in range(cfg.epochs):
                 self.train_epoch(dataset, epoch)
+            self.tensors = self.tensors_or_none(dataset)
+        if self.initial_eval is not None:
+            check_trained(self.initial_eval.loss, self.epochs[-1]["eval_loss"])
 
     def train_epoch(self, dataset, epoch: int) -> None:
         import torch
 
-        from measure.data import batches
+        from measure.flops import positions
 
         mark, self.warm, self.warm_steps, losses = self.monitor.mark(), 0.0, 0, []
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        start = clock(self.device)
-        micro = batches(dataset, self.family, self.cfg.batch_size, self.cfg.seed, epoch)
-        for _ in range(self.steps_per_epoch):
-            losses.append(self.step([next(micro) for _ in range(self.window)]))
-        wall = epoch_wall(clock(self.device) - start - self.warm, len(losses), self.warm_steps)
-        row = epoch_row(epoch, losses, wall, self.warm, self.monitor.window(mark), self._gpu_peaks())
+        work = EpochWork()
+        start, self.checking_s = clock(self.device), 0.0
+        micro = iter_batches(dataset, self.family, self.cfg, epoch)
+        for i in range(self.steps_per_epoch):
+            window = [next(micro) for _ in range(self.window)]
+            for b in window:
+                work.add(b, positions(b))
+            losses.append(self.step(window, work))
+            if i < self.steps_per_epoch - 1:
+                self.check_target(start)
+        spent = clock(self.device) - start - self.checking_s
+        wall = epoch_wall(spent - self.warm, len(losses), self.warm_steps)
+        stats = self.monitor.window(mark)  # read before the evaluation: it is not training
+        self.trained_s += spent
+        evaluation = None
+        if self.heldout is not None:
+            evaluation = self.heldout.evaluate(self.model, self.device, self.cfg.dtype)
+            self.clock.check(evaluation.loss, self.steps_done, self.trained_s)
+        row = epoch_row(
+            epoch,
+            losses,
+            wall,
+            self.warm,
+            stats,
+            self._gpu_peaks(),
+            work,
+            self.flops_per_position,
+            evaluation,
+        )
         self.epochs.append(row)
         self.on_epoch(row)
 
-    def step(self, window: list[dict]) -> float:
+    def check_target(self, epoch_start: float) -> None:
+        """Between epochs' evaluations, every `target_checks.every` updates until the target is reached: the
+        held-out loss against the target, its time excluded from training time."""
+        every = self.rules.protocol.get("target_checks", {}).get("every", 0)
+        if self.heldout is None or self.clock.target is None or self.clock.steps is not None:
+            return
+        if not every or self.steps_done % every:
+            return
+        t0 = clock(self.device)
+        loss = self.heldout.evaluate(self.model, self.device, self.cfg.dtype).loss
+        trained = self.trained_s + (t0 - epoch_start - self.checking_s)
+        self.clock.check(loss, self.steps_done, trained)
+        self.checking_s += clock(self.device) - t0
+
+    def step(self, window: list[dict], work: EpochWork | None = None) -> float:
         """One optimizer step as the harness takes it: timed, checked for divergence and memory, reported."""
         from measure.strategies import train_step
 
         t0 = clock(self.device)
-        loss = train_step(self.model, self.optimizer, self.family, window, self.device, self.check_memory)
+        loss = train_step(
+            self.model, self.optimizer, self.family, window, self.device, self.check_memory, self.cfg.dtype
+        )
         self.scheduler.step()
         t1 = clock(self.device)
         if self.steps_done < self.cfg.warmup_steps:
             self.warm += t1 - t0
             self.warm_steps += 1
+        elif work is not None:
+            work.step_s.append(t1 - t0)
         self.steps_done += 1
         self.first_loss = loss if self.first_loss is None else self.first_loss
         self.check_divergence(loss)
         self.reporter.step(loss)
         return loss
+
+    def tensors_or_none(self, dataset) -> dict[str, float]:
+        """The measured step's tensor figures; none (and the reason kept) when PyTorch's tracker, a private
+        tool, fails on this model: a fully trained run is not lost to it. Running out of memory still is."""
+        from measure.runner import is_oom
+
+        try:
+            return self.measured_step(dataset)
+        except Exception as e:
+            if is_oom(e) or isinstance(e, (Diverged, OutOfMemory)):
+                raise
+            self.tensors_error = f"{type(e).__name__}: {e}"
+            return {}
+
+    def measured_step(self, dataset) -> dict[str, float]:
+        """One more step, under PyTorch's tensor tracker: the peak of live tensor bytes, by category."""
+        from measure.strategies import train_step
+        from measure.tensors import measured_step
+
+        micro = iter_batches(dataset, self.family, self.cfg, self.cfg.epochs)
+        window = [next(micro) for _ in range(self.window)]
+        return measured_step(
+            self.model,
+            self.optimizer,
+            lambda before: train_step(
+                self.model, self.optimizer, self.family, window, self.device, before, self.cfg.dtype
+            ),
+        )
 
     def check_memory(self) -> None:
         if self.monitor is not None and self.monitor.over_cap is not None:
@@ -170,12 +279,33 @@ class Trainer:
         return None
 
     def metrics(self) -> list[tuple[str, float, str]]:
-        """Run-level figures from the finished epochs, or the memory peak of a cell that finished none."""
-        return run_metrics(self.epochs) or peak_only(self.peak_memory_gb(), self.cfg.device)
+        """Run-level figures from the finished epochs and the measured step, or the memory peak of a cell
+        that finished none."""
+        out = run_metrics(self.epochs)
+        if not out:
+            return peak_only(self.peak_memory_gb(), self.cfg.device)
+        figures = {name: value for name, value, _ in out}
+        if self.baseline_rss_gb is not None and "peak_rss_gb" in figures:
+            out.append(("rss_baseline_gb", self.baseline_rss_gb, "GB, the process before the model"))
+            out.append(
+                ("rss_delta_gb", figures["peak_rss_gb"] - self.baseline_rss_gb, "GB, peak RSS less baseline")
+            )
+        out += [(name, value, "GB, live tensors at the step's peak") for name, value in self.tensors.items()]
+        if self.initial_eval is not None:
+            out.append(
+                ("eval_loss_initial", self.initial_eval.loss, "nats/target, held-out, before training")
+            )
+        out += self.clock.metrics()
+        if self.peak is not None and "achieved_gflops" in figures:
+            out.append(("peak_gflops", self.peak.flops_per_s / 1e9, f"GFLOP/s: {self.peak.source}"))
+            out.append(("mfu", 100 * figures["achieved_gflops"] * 1e9 / self.peak.flops_per_s, "% of peak"))
+        searches = self.cfg.optimizer == "cgd" and self.cfg.cgd_line_search != "fixed"
+        out.append(("contended", float(contended(self.epochs, self.rules, searches)), "1: timing disturbed"))
+        return out
 
     def release(self) -> None:
         """Drop the model, optimizer and samples so nothing of this cell is held into the next."""
-        self.model = self.optimizer = self.built = None
+        self.model = self.optimizer = self.built = self.heldout = None
         if self.monitor is not None:
             self.monitor.forget()
         gc.collect()
@@ -184,6 +314,13 @@ class Trainer:
             import torch
 
             torch.cuda.empty_cache()
+
+
+def iter_batches(dataset, family, cfg: RunConfig, epoch: int):
+    """The micro-batches of an epoch: a fresh permutation of the training set per (seed, epoch)."""
+    from measure.data import batches
+
+    return batches(dataset, family, cfg.batch_size, cfg.seed, epoch)
 
 
 def trim_heap() -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from rich.console import Console
 
@@ -84,6 +86,33 @@ def preset_option(default: str):
     metavar="GB",
     help="Treat memory above this as out of memory (CUDA: per-process fraction; CPU: host RSS).",
 )
+@click.option(
+    "--protocol",
+    type=click.Choice(["fair", "paper"]),
+    default="fair",
+    show_default=True,
+    help="fair: held-out loss, equal optimizer updates for every strategy, time to target (rules/"
+    "protocol.toml). paper: the paper's, for reproduction (training loss, one rate per model at preset paper).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp32", "bf16-mixed"]),
+    default="fp32",
+    show_default=True,
+    help="Training precision: bf16-mixed autocasts the forward to bfloat16 (a GPU's usual choice; allowed, "
+    "and slow, on a CPU).",
+)
+@click.option(
+    "--tune-lr",
+    is_flag=True,
+    help="Choose each optimizer's learning rate first: a log grid around its default on a tuning seed, the "
+    "best by held-out loss (fair protocol only; the runs record the rate and the grid).",
+)
+@click.option(
+    "--order-seed",
+    type=click.IntRange(min=0),
+    help="Seed of the shuffled cell order (default: a fresh one, printed and recorded with every run).",
+)
 @db_option
 @json_option
 @domain_errors
@@ -100,6 +129,10 @@ def measure(
     batch_size,
     accumulation_steps,
     memory_cap,
+    protocol,
+    dtype,
+    tune_lr,
+    order_seed,
     db,
     as_json,
 ):
@@ -109,23 +142,38 @@ def measure(
     utilization) and committed epoch by epoch. Cells already ok on this hardware are skipped; a cell that
     runs out of memory, diverges or fails is stored with that status and the grid goes on.
 
+    Each cell runs in a fresh process, in an order shuffled by a recorded seed. Under the fair protocol
+    (the default) every cell is evaluated on held-out data; see the README's "The fair protocol".
+
     \b
     Examples:
         advisor measure --model vit --preset tiny --epochs 2
-        advisor measure --model all --preset small --seeds 3 --db my.sqlite
-        advisor measure --model llama --optimizer adam --strategy checkpointing --device cuda
+        advisor measure --model all --preset small --seeds 3 --tune-lr --db my.sqlite
+        advisor measure --model llama --optimizer adam --strategy checkpointing --device cuda --dtype bf16-mixed
+        advisor measure --model vit --protocol paper --preset paper
     """
     from advisor.model_ref import resolve_model
 
+    if tune_lr and lr is not None:
+        raise click.BadParameter(
+            "--tune-lr chooses each optimizer's rate: drop --lr.", param_hint="'--tune-lr'"
+        )
+    if tune_lr and protocol == "paper":
+        raise click.BadParameter(
+            "the paper's protocol shares one rate per model: --tune-lr needs --protocol fair.",
+            param_hint="'--tune-lr'",
+        )
     rules = load_rules()
     for name in models:  # a model that cannot be resolved offline is the user's to fix, before torch loads
         if name != "all":
             resolve_model(name, rules)
     require_measure_side()
     from measure.config import RunConfig
+    from measure.grid import run_grid
     from measure.hardware import resolve_device
     from measure.progress import RichReporter, summary_table
-    from measure.runner import PlanError, plan_grid, run_grid
+    from measure.runner import PlanError, plan_grid
+    from measure.tuning import tuned_table
 
     try:
         resolve_device(device)  # a GPU asked for and absent is the user's to fix, not a failed cell per cell
@@ -140,18 +188,46 @@ def measure(
         device=device,
         accumulation_steps=accumulation_steps,
         memory_cap_gb=memory_cap,
+        protocol=protocol,
+        dtype=dtype,
     )
     try:
         configs = plan_grid(models, optimizers, strategies, seeds, base, rules)
     except PlanError as e:
         raise click.BadParameter(str(e), param_hint=f"'{e.param}'") from e
     path = kbmod.resolve_db_path(db)
-    with RichReporter(Console(stderr=True)) as reporter:
-        results = run_grid(configs, path, reporter, rules)
+    tuned = []
+    try:
+        with RichReporter(Console(stderr=True)) as reporter:
+            if tune_lr:
+                from measure.tuning import tune
+
+                configs, tuned = tune(
+                    configs, path, lambda cs: run_grid(cs, path, reporter, rules, order_seed), rules
+                )
+            grid = run_grid(configs, path, reporter, rules, order_seed)
+    except KeyboardInterrupt:
+        click.echo(
+            f"Interrupted: finished cells are kept in {path} and the running one is recorded as crashed; "
+            "run the same command again to go on.",
+            err=True,
+        )
+        sys.exit(130)
+    results = list(grid)
     if as_json:
-        echo_json({"db": str(path), "results": [r.as_dict() for r in results]})
+        echo_json(
+            {
+                "db": str(path),
+                "order_seed": grid.order_seed,
+                "tuned": [t.as_dict() for t in tuned],
+                "results": [r.as_dict() for r in results],
+            }
+        )
         return
+    if tuned:
+        console().print(tuned_table(tuned))
     console().print(summary_table(results))
+    click.echo(f"Cell order shuffled with --order-seed {grid.order_seed} (recorded with every run).")
     done = sum(r.status == "ok" for r in results)
     first = configs[0].model if configs else models[0]
     click.echo(

@@ -13,11 +13,12 @@ IGNORE = -100  # label of positions without a target (torch's cross-entropy igno
 # text model). `paper` sizes are each family's own.
 TEXT_SIZES = {
     "tiny": dict(hidden=32, layers=2, heads=2, kv_heads=2, ffn=64, seq=32),
-    "small": dict(hidden=128, layers=4, heads=4, kv_heads=2, ffn=256, seq=64),
+    # a few million parameters: differences between configurations exceed noise, a grid fits in an hour
+    "small": dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=1024, seq=64),
 }
 VISION_SIZES = {
     "tiny": dict(hidden=32, layers=2, heads=2, ffn=64, image=32, patch=8),
-    "small": dict(hidden=96, layers=4, heads=4, ffn=192, image=64, patch=8),
+    "small": dict(hidden=192, layers=6, heads=4, ffn=768, image=64, patch=8),
 }
 
 
@@ -63,9 +64,26 @@ class Family:
         """Encoded rows as one micro-batch of numpy arrays, with `n_targets`: the positions the loss sums over."""
         raise NotImplementedError
 
+    def predictions(self, model, batch: dict):
+        """(logits, labels): one row of logits per position that may be a target, (N, classes), and its
+        label, (N,), IGNORE where the position is not a target. The loss and the accuracy both read these."""
+        raise NotImplementedError
+
     def summed_loss(self, model, batch: dict):
         """Cross-entropy summed over the batch's targets (never averaged: the accumulation window divides once)."""
-        raise NotImplementedError
+        import torch.nn.functional as F
+
+        logits, labels = self.predictions(model, batch)
+        return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
+
+    def evaluate(self, model, batch: dict) -> tuple[float, int]:
+        """(summed loss, targets predicted right: top-1) of a held-out batch; the caller holds no_grad."""
+        import torch.nn.functional as F
+
+        logits, labels = self.predictions(model, batch)
+        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
+        right = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
+        return float(loss), int(right)
 
     def fit_batch(self, config, batch_size: int, seq_len: int, image_size: int | None) -> dict:
         """One micro-batch as a Hugging Face Trainer step sees it (inputs and labels, the model computes its
@@ -122,12 +140,11 @@ def model_inputs(batch: dict) -> dict:
     return {k: v for k, v in batch.items() if k not in ("labels", "n_targets")}
 
 
-def next_token_loss(logits, labels):
-    """Causal LM and captioning: position t predicts token t+1; summed over the targets."""
-    import torch.nn.functional as F
-
-    shifted = logits[:, :-1].flatten(0, 1).float()  # (batch * (seq-1), vocab)
-    return F.cross_entropy(shifted, labels[:, 1:].flatten(), ignore_index=IGNORE, reduction="sum")
+def next_tokens(logits, labels):
+    """Causal LM and captioning: position t predicts token t+1, as (logits, labels) rows."""
+    return logits[:, :-1].flatten(0, 1), labels[
+        :, 1:
+    ].flatten()  # (batch * (seq-1), vocab), (batch * (seq-1))
 
 
 def max_positions(config) -> int | None:

@@ -11,7 +11,7 @@ from measure.families.base import (
     Shape,
     TextFamily,
     model_inputs,
-    next_token_loss,
+    next_tokens,
     pad,
     token_ids,
 )
@@ -70,8 +70,8 @@ class Decoder(TextFamily):
         n_targets = int((labels[:, 1:] != IGNORE).sum())  # next-token targets
         return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": n_targets}
 
-    def summed_loss(self, model, batch):
-        return next_token_loss(model(**model_inputs(batch)).logits, batch["labels"])
+    def predictions(self, model, batch):
+        return next_tokens(model(**model_inputs(batch)).logits, batch["labels"])
 
     def fit_batch(self, config, batch_size, seq_len, image_size):
         ids = token_ids(config, batch_size, seq_len)

@@ -51,13 +51,9 @@ class Encoder(TextFamily):
         ids = np.where(chosen, MASK, ids)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": int(chosen.sum())}
 
-    def summed_loss(self, model, batch):
-        import torch.nn.functional as F
-
+    def predictions(self, model, batch):
         logits = model(**model_inputs(batch)).logits  # (batch, seq, vocab)
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum"
-        )
+        return logits.flatten(0, 1), batch["labels"].flatten()
 
     def fit_batch(self, config, batch_size, seq_len, image_size):
         ids = token_ids(config, batch_size, seq_len)

@@ -51,11 +51,8 @@ class Vision(Family):
         labels = np.asarray(rows["label"], dtype=np.int64)
         return {"pixel_values": pixels(rows["pixels"]), "labels": labels, "n_targets": len(labels)}
 
-    def summed_loss(self, model, batch):
-        import torch.nn.functional as F
-
-        logits = model(**model_inputs(batch)).logits  # (batch, classes)
-        return F.cross_entropy(logits.float(), batch["labels"], reduction="sum")
+    def predictions(self, model, batch):
+        return model(**model_inputs(batch)).logits, batch["labels"]  # (batch, classes), (batch,)
 
     def fit_sizes(self, config):
         return {"seq_len": None, "image_size": self.shape_of(config).image_size, "max_seq_len": None}

@@ -14,7 +14,7 @@ from measure.families.base import (
     Shape,
     max_positions,
     model_inputs,
-    next_token_loss,
+    next_tokens,
     pad,
     pixels,
     text_vocab,
@@ -116,8 +116,8 @@ class VisionLanguage(Family):
             "n_targets": int((labels[:, 1:] != IGNORE).sum()),
         }
 
-    def summed_loss(self, model, batch):
-        return next_token_loss(model(**model_inputs(batch)).logits, batch["labels"])
+    def predictions(self, model, batch):
+        return next_tokens(model(**model_inputs(batch)).logits, batch["labels"])
 
     def fit_sizes(self, config):
         if not hasattr(config, "vision_config") or not hasattr(config, "image_token_id"):

@@ -55,7 +55,7 @@ def test_frontier_leaves_out_diverged(invoke):
 def test_flowchart_paths_and_counts(invoke):
     out = json.loads(invoke("flowchart", "--json").output)
     assert len(out["paths"]) == 16
-    keys = {"family", "metric", "optimizer", "strategy", "value"}
+    keys = {"family", "metric", "optimizer", "strategy", "value", "tied", "separated_by", "flag"}
     assert all(keys <= set(p) for p in out["paths"])
     by = {(p["family"], p["metric"]): (p["optimizer"], p["strategy"]) for p in out["paths"]}
     # The paper's Figure 1: Adadelta wins loss on ModernBERT and Llama, Adagrad on ViT, Adam on NanoVLM,
@@ -64,6 +64,10 @@ def test_flowchart_paths_and_counts(invoke):
     assert by[("vision", "loss")][0] == "adagrad" and by[("vlm", "loss")][0] == "adam"
     assert all(by[(f, "time")][0] == "sgd" for f in ("vision", "encoder", "decoder", "vlm"))
     assert "cgd" not in out["summary"]["optimizers"]
+    # single runs: no test separates a path; the tie tolerance ties ViT's time (31.74 vs 31.77 s)
+    vit_time = next(p for p in out["paths"] if (p["family"], p["metric"]) == ("vision", "time"))
+    assert vit_time["tied"] and vit_time["separated_by"]["note"] == "no test: one run per configuration"
+    assert out["summary"]["tied"] == 2 and out["summary"]["optimizers_tied"] == {"sgd": 1, "adam": 1}
     assert by[("vision", "memory")] == (None, None)  # the paper states ViT RAM only as a range
     text = invoke("flowchart").output
     assert "Recommendation flowchart" in text and "Optimizers on best paths" in text
@@ -81,6 +85,18 @@ def test_answer_side_imports_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "adam + standard" in out
     assert re.search(r"HEAVY \[\]", out), out.splitlines()[-1]
+
+
+def test_tested_answers_load_no_scipy_stats():
+    """Answers with tests (measured seeds) use scipy.special's t distribution, never scipy.stats."""
+    code = (
+        "import sys; sys.argv = ['advisor', 'recommend', '--arch', 'vit', '--source', 'measured', '--json']\n"
+        "from advisor.cli import cli\n"
+        "try:\n cli()\nexcept SystemExit as e:\n assert e.code in (0, None), e.code\n"
+        "print('LOADED', sorted(m for m in ('scipy.special', 'scipy.stats') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert '"kind": "paired t"' in out and "LOADED ['scipy.special']" in out
 
 
 @pytest.mark.parametrize("cmd", [["flowchart"], ["frontier", "--arch", "vit"], ["kb", "stats"]])

@@ -68,7 +68,7 @@ def test_paper_figures_carry_provenance(kb_path):
     paper_figures = "SELECT count(*) FROM metrics JOIN runs ON runs.id = run_id WHERE source LIKE 'paper:%'"
     assert conn.execute(paper_figures).fetchone()[0] == n_csv
     # holes are absent rows, never zeros
-    assert conn.execute("SELECT count(*) FROM metrics WHERE value = 0").fetchone()[0] == 0
+    assert conn.execute(paper_figures + " AND value = 0").fetchone()[0] == 0
 
 
 def test_import_with_bad_rows_imports_nothing(tmp_path, kb_path, invoke):
@@ -118,8 +118,9 @@ def test_export_csv(invoke):
 def test_stats_and_runs(invoke):
     stats = json.loads(invoke("kb", "stats", "--json").output)
     assert {"source": "paper:2608.08961", "runs": 51} in stats["by_source"]
-    assert {"source": "measured", "runs": 180} in stats["by_source"]  # the reference grid
-    assert set(stats["by_status"]) == {"ok"}
+    assert {"source": "measured", "runs": 243} in stats["by_source"]  # the reference grid
+    assert {"source": "measured:tuning", "runs": 135} in stats["by_source"]  # the rates it tried
+    assert set(stats["by_status"]) == {"ok", "diverged", "untrained"}  # the last two: tuning rates
     assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}
     runs = json.loads(invoke("kb", "runs", "--family", "llama", "--source", "paper", "--json").output)
     assert len(runs) == 15

@@ -73,6 +73,17 @@ def test_ties_are_reported(invoke):
     tied = [a for a in out["alternatives"] if a["tied"]]
     assert [(a["optimizer"], a["strategy"]) for a in tied] == [("adagrad", "accumulation")]
     assert out["tie_break"] == "the preferred optimizer order"  # no other metric covers both
+    # One run per configuration: no test; the tie tolerance decides, and the answer says so
+    test = tied[0]["test"]
+    assert test["kind"] is None and test["p"] is None and test["p_holm"] is None
+    assert test["note"] == "no test: one run per configuration" and test["within_tolerance"] is True
+    assert test["versus"] == "adam + accumulation" and test["difference"] == pytest.approx(0.0)
+    others = [a for a in out["alternatives"] if not a["tied"]]
+    assert others and all(a["test"]["kind"] is None and not a["test"]["within_tolerance"] for a in others)
+    assert out["recommendation"]["test"]["versus"] == "adagrad + accumulation"
+    text = invoke("recommend", "--arch", "vlm", "--optimize", "loss").output
+    assert "within the tie tolerance; no test: one run per configuration" in " ".join(text.split())
+    assert "≈ no test" in text
     vit = answer(invoke, "--arch", "vision", "--optimize", "time")
     assert vit["recommendation"]["tied"] and vit["tie_break"] == "loss"  # 31.74 vs 31.77 s: loss 0.07 vs 0.28
 
@@ -122,8 +133,9 @@ def test_json_shape_is_stable(invoke):
     assert {"recommendation", "alternatives", "excluded", "holes", "caveats", "frontier", "evidence"} <= set(
         out
     )
-    keys = {"optimizer", "strategy", "metric", "value", "unit", "source"}
-    assert keys <= set(out["recommendation"])
+    keys = {"optimizer", "strategy", "metric", "value", "unit", "source", "test", "seeds_ok", "seeds_total"}
+    keys |= {"failed", "flag"}
+    assert keys <= set(out["recommendation"]) and "safe_alternative" in out
     assert all(keys <= set(a) for a in out["alternatives"])
     assert all(keys | {"reason"} <= set(e) for e in out["excluded"])
     assert out["frontier"]["x"] == "time" and out["frontier"]["y"] == "loss"

@@ -50,7 +50,15 @@ def test_metrics_read_defined_measures():
     rules = load_rules()
     assert set(rules.flowchart["metrics"]) == {"loss", "time", "memory", "utilization"}
     assert rules.metric("utilization").direction == "max"
-    assert rules.metric("memory").measures[:3] == ("gpu_mem_peak_gb", "host_ram_gb", "host_ram")
+    # a GPU's allocator peak, else the peak of live tensor bytes (never RSS first: it holds the interpreter)
+    assert rules.metric("memory").measures[:4] == (
+        "gpu_mem_peak_gb",
+        "tensor_peak_gb",
+        "host_ram_gb",
+        "host_ram",
+    )
+    assert rules.metric("loss").measures == ("eval_loss", "loss")  # held-out first, where measured
+    assert rules.metric("utilization").measures[0] == "mfu"  # useful work, not busy cores
 
 
 def test_divergence_threshold_lives_in_rules(tmp_path, kb_path):

@@ -1,10 +1,13 @@
-"""Helpers of the process-level fault tests: advisor in a subprocess, and reading a KB from outside it."""
+"""Helpers of the process-level fault tests: advisor in a subprocess, reading a KB from outside it, and the
+processes a grid leaves behind (a cell runs in a process of its own, forked from a fork server)."""
 
 import os
 import sqlite3
 import subprocess
 import sys
 import time
+
+import psutil
 
 
 def advisor(*args, env=None, **kwargs):
@@ -38,3 +41,36 @@ def wait_for(db, sql, timeout=120):
             pass
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for: {sql}")
+
+
+def running(procs) -> list[int]:
+    """The pids of psutil processes that still run (a zombie has ended: it only awaits its parent's wait)."""
+    out = []
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def in_group(pgid: int) -> list[psutil.Process]:
+    """Every process of a process group (a terminal's foreground job, a subprocess's new session)."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def wait_until_ended(procs, timeout=30) -> list[int]:
+    """Wait for processes to end (the fork server finalizes torch for a second or so); the pids still
+    running at the timeout."""
+    deadline = time.time() + timeout
+    while running(procs) and time.time() < deadline:
+        time.sleep(0.05)
+    return running(procs)

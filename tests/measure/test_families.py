@@ -13,7 +13,8 @@ from advisor.schema import STATUSES
 from measure import config, optimizers, strategies
 from measure.config import RunConfig
 from measure.families import UnknownFamily, family, registered
-from measure.runner import plan_grid, run_grid
+from measure.grid import run_grid
+from measure.runner import plan_grid
 
 RULES = load_rules()
 

@@ -15,9 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from .processes import advisor, query
+from advisor.store import rebuild_summaries
+
+from .processes import advisor, query, wait_until_ended
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "kb" / "results.sqlite"
@@ -113,8 +116,10 @@ def test_kill_9_at_random_moments_of_measure(tmp_path):
     for _ in range(3):
         proc = advisor("measure", *GRID, "--db", db)
         time.sleep(rng.uniform(2.0, 6.0))
+        spawned = psutil.Process(proc.pid).children(recursive=True)  # the fork server, the cell's process
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        assert wait_until_ended(spawned) == [], "no cell goes on running after its grid was killed"
         if db.exists():
             assert query(db, "PRAGMA integrity_check") == [("ok",)]
     done = advisor("measure", *GRID, "--db", db, "--json")
@@ -169,6 +174,7 @@ def test_an_expired_lease_is_crashed_on_any_host_and_its_cell_runs_again(tmp_pat
         "UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = '2000-01-01T00:00:00+00:00'"
     )
     conn.commit()
+    rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps
     conn.close()
     result = measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard", "--json")
     assert json.loads(result.stdout)["results"][0]["status"] == "ok"
@@ -184,6 +190,7 @@ def test_a_live_lease_on_another_host_holds_its_cell(tmp_path, measure_tiny):
         "UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = '2999-01-01T00:00:00+00:00'"
     )
     conn.commit()
+    rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps
     conn.close()
     result = measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard", "--json")
     assert json.loads(result.stdout)["results"][0]["status"] == "skipped"

@@ -14,7 +14,7 @@ from measure.models import build_model
 def test_presets_build(model, family):
     tiny, small = build_model(model, "tiny"), build_model(model, "small")
     assert tiny.family.name == small.family.name == family
-    assert 10_000 < tiny.n_params < small.n_params < 5_000_000
+    assert 10_000 < tiny.n_params < small.n_params < 10_000_000
     assert not tiny.pretrained
 
 
@@ -122,12 +122,10 @@ def test_a_config_without_architectures_builds(tmp_path, invoke):
     assert json.loads(result.stdout)["results"][0]["status"] == "ok", result.output
 
 
-def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke, monkeypatch):
+def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke):
     """{"model_type": "qwen2"} is transformers' default 7B configuration: predicted, skipped, never built
-    (on a machine with 16 GB free, whatever this one has)."""
-    from measure import preflight
-
-    monkeypatch.setattr(preflight, "available_gb", lambda device: 16.0)
+    (under a 16 GB cap, whatever this machine has: cells run in their own process, so the cap is an option,
+    not a patch)."""
     folder = tmp_path / "qwen"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
@@ -145,10 +143,12 @@ def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke, monkeypatch
         "1",
         "--steps-per-epoch",
         "2",
+        "--memory-cap",
+        "16",
         "--db",
         tmp_path / "m.sqlite",
         "--json",
     )
     (cell,) = json.loads(result.stdout)["results"]
     assert cell["status"] == "skipped" and "predicted" in cell["error"] and "not built" in cell["error"]
-    assert "> 14.4 GB available on this machine" in cell["error"]
+    assert "> 14.4 GB available under --memory-cap" in cell["error"]

@@ -118,6 +118,6 @@ def test_memory_grows_with_batch_and_sequence_and_checkpointing_saves_activation
 
 def test_depth_knobs_find_every_stack():
     vlm, _ = family("vlm").reference_config("small")
-    assert depth_knobs(vlm) == {"text_config.num_hidden_layers": 4, "vision_config.num_hidden_layers": 2}
+    assert depth_knobs(vlm) == {"text_config.num_hidden_layers": 4, "vision_config.num_hidden_layers": 3}
     shallow = at_depth(vlm, {"text_config.num_hidden_layers": 1, "vision_config.num_hidden_layers": 2})
     assert shallow.text_config.num_hidden_layers == 1 and vlm.text_config.num_hidden_layers == 4

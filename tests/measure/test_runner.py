@@ -7,8 +7,10 @@ from dataclasses import replace
 import pytest
 
 from advisor.rules import load_rules
+from advisor.store import rebuild_summaries
 from measure.config import RunConfig
-from measure.runner import grid, run_grid
+from measure.grid import run_grid
+from measure.runner import grid
 from measure.strategies import STRATEGIES
 
 TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
@@ -28,14 +30,18 @@ def test_every_family_trains_every_optimizer_and_strategy(tmp_path, model):
     db = tmp_path / "measured.sqlite"
     configs = grid([model], {model: list(RULES.optimizers)}, {model: list(STRATEGIES)}, [0], TINY)
     results = run_grid(configs, db)
-    assert [r.status for r in results] == ["ok"] * len(configs), [(r.config.label, r.error) for r in results]
-    runs = rows(db, "SELECT * FROM runs")
+    # at tiny's 4 updates a slow optimizer (SGD, Adadelta at their default rates) may not move the held-out
+    # loss: "did not train" is then the honest outcome, never a failure
+    statuses = {r.config.label: r.status for r in results}
+    assert set(statuses.values()) <= {"ok", "untrained"}, [(r.config.label, r.error) for r in results]
+    assert all(s == "ok" for label, s in statuses.items() if "adam" in label), statuses
+    runs = rows(db, "SELECT * FROM runs ORDER BY status = 'untrained', id")
     assert len(runs) == len(RULES.optimizers) * len(STRATEGIES)
     run = runs[0]
     assert run["source"] == "measured" and run["hardware"].startswith("CPU: ") and run["device"] == "cpu"
     assert run["preset"] == "tiny" and run["n_params"] > 0 and run["pretrained"] == 0
     assert json.loads(run["software"])["torch"].startswith("2.")
-    assert json.loads(run["config"])["data"].startswith("generated")
+    assert json.loads(run["config"])["data"]["train"].startswith("generated")
     epochs = rows(db, "SELECT * FROM epochs WHERE run_id = ?", run["id"])
     assert len(epochs) == 1 and epochs[0]["loss"] > 0 and epochs[0]["wall_s"] > 0
     assert epochs[0]["peak_rss_gb"] > 0 and epochs[0]["cpu_util"] is not None
@@ -58,14 +64,16 @@ def test_divergence_failure_and_oom_do_not_stop_the_grid(tmp_path):
     assert "loss" in results[0].error
     assert "ValueError" in results[1].error and "line_search" in results[1].error
     assert "memory-cap" in results[2].error and "peak" in results[2].error
-    stored = rows(db, "SELECT status, error FROM runs ORDER BY id")
+    ran = rows(db, "SELECT status, error, json_extract(config, '$.order.position') AS position FROM runs")
+    by_position = {r["position"]: r for r in ran}  # cells run in a shuffled order: back to the planned one
+    stored = [by_position[p] for p in sorted(by_position, key=lambda p: results.order[p])]
     assert [r["status"] for r in stored] == ["diverged", "failed", "oom", "ok"]
     assert all(r["error"] for r in stored[:3])
 
 
 def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
     db = tmp_path / "measured.sqlite"
-    configs = grid(["vit"], {"vit": ["sgd", "adam"]}, {"vit": ["standard"]}, [0], TINY)
+    configs = grid(["vit"], {"vit": ["adamw", "adam"]}, {"vit": ["standard"]}, [0], TINY)
     assert [r.status for r in run_grid(configs, db)] == ["ok", "ok"]
     conn = sqlite3.connect(db)
     conn.execute("UPDATE runs SET status = 'running', owner = 'nohost-x:1' WHERE optimizer = 'adam'")
@@ -73,11 +81,12 @@ def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
         "UPDATE runs SET owner = ? WHERE optimizer = 'adam'", [f"{__import__('socket').gethostname()}:999999"]
     )
     conn.commit()
+    rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps
     again = run_grid(configs, db)
     assert [r.status for r in again] == ["skipped", "ok"]
-    stored = rows(db, "SELECT optimizer, status, error FROM runs ORDER BY id")
+    stored = rows(db, "SELECT optimizer, status, error FROM runs ORDER BY optimizer = 'adam', id")
     assert [(r["optimizer"], r["status"]) for r in stored] == [
-        ("sgd", "ok"),
+        ("adamw", "ok"),
         ("adam", "crashed"),
         ("adam", "ok"),
     ]
@@ -97,7 +106,7 @@ def test_nothing_leaks_from_a_large_cell_into_a_small_one(tmp_path):
 def test_measure_cli_then_recommend_from_it(tmp_path, invoke, measure_tiny):
     db = tmp_path / "measured.sqlite"
     result = measure_tiny(
-        db, "--optimizer", "sgd", "--optimizer", "adam", "--strategy", "standard", "--seeds", "2"
+        db, "--optimizer", "adamw", "--optimizer", "adam", "--strategy", "standard", "--seeds", "2"
     )
     assert result.exit_code == 0, result.output
     assert "4 ok of 4 cells" in result.output
@@ -108,7 +117,7 @@ def test_measure_cli_then_recommend_from_it(tmp_path, invoke, measure_tiny):
     )
     assert out["evidence"]["source"] == "measured" and out["evidence"]["seeds"] == 2
     assert out["recommendation"]["seeds"] == 2 and out["recommendation"]["spread"] is not None
-    again = measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard", "--json")
+    again = measure_tiny(db, "--optimizer", "adamw", "--strategy", "standard", "--json")
     assert json.loads(again.stdout)["results"][0]["status"] == "skipped"
 
 
@@ -121,6 +130,8 @@ def test_measure_cli_bad_input(invoke, tmp_path):
         "vit",
         "--strategy",
         "accumulation",
+        "--protocol",
+        "paper",  # the paper counts micro-batches per epoch; the fair protocol counts updates
         "--steps-per-epoch",
         "6",
         "--db",

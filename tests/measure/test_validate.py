@@ -29,6 +29,7 @@ def test_validate_passes_on_every_family_at_tiny(invoke, tmp_path):
         ):
             assert (check, model) in names
     assert ("cgd_quadratic", None) in names and ("monitor_overhead", None) in names
+    assert ("cgd_stochastic_descent", None) in names
 
 
 def broken_train_step(model, optimizer, family, window, device, before_micro_batch=None):
@@ -77,3 +78,28 @@ def test_dropout_on_checkpointing_matches_given_the_seed():
     check = check_checkpointing("vit", "tiny", dropout=0.1)
     assert check.passed, check.detail
     assert torch.are_deterministic_algorithms_enabled() is False  # the check does not rely on global flags
+
+
+def test_the_grids_cgd_descends_on_every_minibatch_and_converges():
+    from measure.validate import CGD_STOCHASTIC_RATIO, check_cgd_stochastic
+
+    check = check_cgd_stochastic()
+    assert check.name == "cgd_stochastic_descent" and check.passed, check.detail
+    assert check.value < CGD_STOCHASTIC_RATIO / 10  # passes by a margin, not at the edge
+    assert "100/100 decreased" in check.detail
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(lr=10.0, line_search="fixed"),  # no line search and a huge step
+        dict(lr=0.05, line_search="fixed", restart_every=None, beta_max=None),  # the grid's rate, no search
+    ],
+)
+def test_the_stochastic_cgd_check_fails_without_a_line_search(options):
+    from measure.optimizers import ConjugateGradient
+    from measure.validate import check_cgd_stochastic
+
+    check = check_cgd_stochastic(lambda params: ConjugateGradient(params, **options))
+    assert not check.passed
+    assert not check.value <= 1.0, check.detail  # the loss grew (inf or NaN included)

@@ -1,0 +1,44 @@
+"""The held-out set of the fair protocol and its evaluation: loss per target and top-1 accuracy, on
+examples no run trains on, the same batches for every seed and configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    loss: float  # mean cross-entropy per target (nats)
+    accuracy: float  # share of targets predicted right (top-1)
+    targets: int
+
+
+class HeldOut:
+    """The held-out batches of one family and data shape, evaluated in eval mode without gradients."""
+
+    def __init__(
+        self, family, shape, n_examples: int, batch_size: int, split: str = "test", hub: bool = False
+    ):
+        from measure.data import heldout_batches, load_heldout
+
+        self.family = family
+        dataset, self.source = load_heldout(family, shape, n_examples, split, hub)
+        self.batches = list(heldout_batches(dataset, family, batch_size))
+
+    def evaluate(self, model, device, dtype: str = "fp32") -> Evaluation:
+        import torch
+
+        from measure.strategies import autocast, to_device
+
+        was_training = model.training
+        model.eval()  # no dropout
+        loss = right = targets = 0
+        try:
+            with torch.no_grad():
+                for batch in self.batches:
+                    with autocast(device, dtype):
+                        part, correct = self.family.evaluate(model, to_device(batch, device))
+                    loss, right, targets = loss + part, right + correct, targets + batch["n_targets"]
+        finally:
+            model.train(was_training)
+        return Evaluation(loss / targets, right / targets, targets)

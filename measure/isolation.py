@@ -1,0 +1,335 @@
+"""Each cell of a grid in a fresh process, forked from a server that has already imported torch,
+transformers and datasets: memory is the cell's own, and no cell pays the imports again.
+
+The server is multiprocessing's fork server, started once per process with the measure side preloaded; a
+cell's process opens the KB, beats its own heartbeat and calls `run_cell`, forwarding progress, its claim
+and its result to the grid through a pipe. A cell's process that dies without a result (the kernel's
+out-of-memory killer, a segfault) leaves its run `crashed`, with a sentence that names the signal, and the
+grid goes on; Ctrl-C is recorded by the cell, then re-raised by the grid; a KBError stops the grid.
+A cell's process dies with the grid's: kill -9 of `advisor measure` leaves no cell running on (its run is
+crashed by the next grid).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing import forkserver
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from advisor import store
+from advisor.schema import KBError
+from measure.config import RunConfig
+from measure.hardware import pid_alive
+from measure.progress import ForwardingReporter, Reporter, replay
+from measure.runner import CellResult, run_cell
+
+# What the fork server imports once; a cell's process finds them imported. transformers.modeling_utils is
+# the costly part of building a model (2 s here); advisor.cli is what the `advisor` script re-runs in a
+# child as its __main__.
+PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "datasets",
+    "advisor.cli",
+    "advisor.store",
+    "measure.data",
+    "measure.models",
+    "measure.monitor",
+    "measure.optimizers",
+    "measure.runner",
+    "measure.strategies",
+    "measure.trainer",
+    "measure.isolation",
+)
+STOP_WAIT_S = 60  # after Ctrl-C, how long a cell may take to record itself crashed before it is killed
+SIGNALS = {
+    signal.SIGKILL: "SIGKILL: the kernel's out-of-memory killer or kill -9",
+    signal.SIGSEGV: "SIGSEGV: a segmentation fault in native code",
+    signal.SIGBUS: "SIGBUS: a bus error, often a full /dev/shm or a mapped file that shrank",
+    signal.SIGABRT: "SIGABRT: native code aborted",
+    signal.SIGTERM: "SIGTERM: asked to terminate",
+}
+
+
+_preloading = False  # whether this process has chosen its fork server's preload
+
+
+def preload(rules=None) -> list[str]:
+    """The modules the fork server imports: the measure side, and each family of the rules with the
+    transformers modules that build its models (llama's pulls in generation: 0.26 s a cell otherwise)."""
+    from advisor.rules import load_rules
+
+    rules = rules or load_rules()
+    modules = list(PRELOAD)
+    for name, spec in rules.families.items():
+        if spec.module:
+            modules += [spec.module, *_modeling_modules(name, rules)]
+    return list(dict.fromkeys(modules))
+
+
+def _modeling_modules(name: str, rules) -> list[str]:
+    """transformers' modeling modules of a family's reference model and of its sub-models."""
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    from measure.families import family
+
+    try:
+        config, _ = family(name, rules).reference_config("tiny")
+    except Exception:  # a family that cannot load is the cell's to report, not the server's
+        return []
+    configs = [config, *(getattr(config, key, None) for key in getattr(config, "sub_configs", {}))]
+    names = [model_type_to_module_name(c.model_type) for c in configs if getattr(c, "model_type", None)]
+    return [f"transformers.models.{m}.modeling_{m}" for m in names]
+
+
+def start_server(rules=None) -> None:
+    """Start the fork server now, if it is not running: it imports in the background while the grid gets
+    ready. Its preload is chosen once per process (a server that died restarts with it)."""
+    global _preloading
+    if not _preloading:
+        multiprocessing.get_context("forkserver").set_forkserver_preload(preload(rules))
+        _preloading = True
+    forkserver.ensure_running()
+
+
+alive = pid_alive  # zombies count dead (measure/hardware.py)
+
+
+def death_sentence(exitcode: int | None) -> str:
+    """What ended a cell's process that handed back no result, as a sentence for the run's error."""
+    if exitcode is not None and exitcode < 0:
+        number = -exitcode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"the cell's process was killed by signal {number} ({SIGNALS.get(number, name)})"
+    return f"the cell's process exited with code {exitcode} before handing back its result"
+
+
+# --- the grid's side ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Heard:
+    """What a cell's process said: its claim, and how it ended."""
+
+    run_id: int | None = None
+    result: CellResult | None = None
+    interrupted: bool = False
+    kb_error: str | None = None
+    raised: str | None = None
+
+    def take(self, message: tuple, reporter: Reporter) -> None:
+        kind = message[0]
+        if kind == "claimed":
+            self.run_id = message[1]
+        elif kind == "result":
+            self.result = message[1]
+        elif kind == "interrupted":
+            self.interrupted = True
+        elif kind == "kb_error":
+            self.kb_error = message[1]
+        elif kind == "raised":
+            self.raised = message[1]
+        else:
+            replay(message, reporter)
+
+
+def run_in_child(
+    cfg: RunConfig, db_path: Path, conn: sqlite3.Connection, reporter: Reporter, rules=None, order=None
+) -> CellResult:
+    """run_cell in a fresh process; its progress drives `reporter` here. conn (the grid's) marks the run
+    of a process that died crashed. Raises KeyboardInterrupt after Ctrl-C (the cell recorded), and
+    KBError with the cell's sentence when the KB could not take its rows."""
+    start_server(rules)
+    ctx = multiprocessing.get_context("forkserver")
+    reader, writer = ctx.Pipe(duplex=False)  # the cell's messages
+    watch, alive_w = ctx.Pipe(duplex=False)  # ends when this process does: the cell then dies too
+    args = (cfg, str(Path(db_path).absolute()), rules, order, writer, watch, dict(os.environ))
+    proc = ctx.Process(target=_cell_process, args=args, name="advisor-cell")
+    heard, interrupted, followed = _Heard(), False, False
+    try:
+        with _sigint_deferred() as held:  # a started process is always waited for
+            proc.start()
+        writer.close()  # the child's copies are its own: its pipe ends when it does
+        watch.close()
+        if held:
+            raise KeyboardInterrupt
+        _follow(proc, reader, reporter, heard)
+        followed = True
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        writer.close()
+        watch.close()
+        try:  # Ctrl-C, or the reporter raised: the cell is stopped, then waited for
+            interrupted |= _end(proc, stop=not followed)
+        finally:
+            reader.close()
+            alive_w.close()
+    if interrupted or heard.interrupted:
+        _mark_crashed(conn)
+        raise KeyboardInterrupt
+    if heard.kb_error:
+        _mark_crashed(conn)
+        raise KBError(heard.kb_error)
+    if heard.result is not None:
+        return heard.result
+    return _crashed(conn, cfg, heard.run_id, heard.raised or death_sentence(proc.exitcode))
+
+
+def _follow(proc, reader, reporter: Reporter, heard: _Heard) -> None:
+    """Replay the cell's messages until its process has ended and its pipe is empty."""
+    while True:
+        wait([reader, proc.sentinel])
+        ended = not proc.is_alive()  # asked before draining: what it wrote before it ended is read
+        try:
+            while reader.poll():
+                heard.take(reader.recv(), reporter)
+        except EOFError:
+            return
+        if ended:
+            return
+
+
+def _end(proc, stop: bool) -> bool:
+    """Wait for the cell's process; with stop, ask it first to record its run crashed (SIGINT, as Ctrl-C in
+    a terminal does), and kill it if it takes longer than STOP_WAIT_S. Returns whether Ctrl-C came meanwhile
+    (held: it must not leave the cell running)."""
+    if proc.pid is None:
+        return False
+    with _sigint_deferred() as held:
+        if stop and proc.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+            proc.join(STOP_WAIT_S)
+            if proc.is_alive():
+                proc.kill()
+        proc.join()
+    return bool(held)
+
+
+def _crashed(conn: sqlite3.Connection, cfg: RunConfig, run_id: int | None, sentence: str) -> CellResult:
+    """The result of a cell whose process ended without one: its run marked crashed, with the sentence."""
+    store.mark_crashed(conn, alive)
+    row = None
+    if run_id is not None:
+        row = conn.execute("SELECT status, error FROM runs WHERE id = ?", [run_id]).fetchone()
+    if row is not None and row[0] not in ("running", "crashed"):  # it finished, then died before saying so
+        return CellResult(cfg.resolved(), row[0], run_id, error=row[1])
+    if row is not None and row[0] == "crashed":
+        store.update_run(conn, run_id, error=sentence)
+    return CellResult(cfg.resolved(), "crashed", run_id, error=sentence)
+
+
+def _mark_crashed(conn: sqlite3.Connection) -> None:
+    """Best effort on the way out (the disk may be full): a run left behind is crashed by the next grid."""
+    with contextlib.suppress(KBError, sqlite3.Error):
+        store.mark_crashed(conn, alive)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold Ctrl-C during the block; yields a list that says afterwards whether it came (main thread only:
+    elsewhere, Ctrl-C is not held)."""
+    held: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+
+# --- the cell's side ----------------------------------------------------------------------------------
+
+
+class _ClaimTelling(store.Heartbeat):
+    """The cell's heartbeat, which also tells the grid the run it claimed (to mark it if the cell dies)."""
+
+    def __init__(self, path, send):
+        super().__init__(path)
+        self._send = send
+
+    def hold(self, run_id: int) -> None:
+        super().hold(run_id)
+        self._send(("claimed", run_id))
+
+
+def _cell_process(cfg, db_path, rules, order, pipe, watch, environ) -> None:
+    """The body of a cell's process (the target the fork server runs)."""
+    gc.freeze()  # what the server imported is never collected: the collector leaves its pages shared
+    _die_with_grid(watch)
+    _interrupt_once()
+    os.environ.clear()
+    os.environ.update(environ)  # the grid's environment now, not the server's when it started
+    send = _sender(pipe)
+    code = 0
+    try:
+        reporter = ForwardingReporter(send)
+        with store.writing(db_path) as conn, _ClaimTelling(db_path, send) as heartbeat:
+            result = run_cell(cfg, conn, reporter, rules, heartbeat, order=order)
+        reporter.flush()
+        send(("result", result))
+    except KeyboardInterrupt:
+        send(("interrupted",))
+        code = 130
+    except KBError as e:
+        send(("kb_error", str(e)))
+        code = 1
+    except BaseException as e:  # a bug outside the cell's training: the grid records it and goes on
+        traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        send(("raised", f"the cell's process raised {type(e).__name__}: {first}"))
+        code = 1
+    finally:
+        pipe.close()
+    sys.exit(code)
+
+
+def _sender(pipe):
+    def send(message) -> None:
+        try:
+            pipe.send(message)
+        except OSError:  # the grid is gone: end as it did; the next grid marks the run crashed
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return send
+
+
+def _die_with_grid(watch) -> None:
+    """Be killed as soon as the grid's process is gone (kill -9 included): it holds the only write end of
+    `watch`, which then reads end-of-file. (The fork server, this process's parent, outlives the grid by
+    seconds: it finalizes torch before it exits.)"""
+
+    def watch_grid() -> None:
+        with contextlib.suppress(OSError, EOFError):
+            watch.poll(None)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch_grid, name="advisor-grid-watch", daemon=True).start()
+
+
+def _interrupt_once() -> None:
+    """Ctrl-C raises KeyboardInterrupt once; a second one (the grid forwards the terminal's) is ignored,
+    so that it cannot cut short the recording of the first."""
+
+    def interrupt(*_) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)

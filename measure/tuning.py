@@ -1,0 +1,123 @@
+"""--tune-lr: each optimizer's learning rate chosen before the grid runs (DeepOBS's protocol).
+
+For every (model, optimizer, sizes) of a grid: a log grid of rates around the optimizer's default
+(rules/protocol.toml [tuning]), each trained once on a tuning seed no grid run uses, with the tuning
+strategy; the rate with the lowest final held-out loss wins. The tuning runs are stored under their own
+source (measured:tuning), so answers never rank them; the grid's runs record the rate chosen and the
+grid tried (config lr and lr_grid). Resumable like the grid: a tuning run already in the KB is not
+repeated, and the same runs choose the same rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from measure.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The rate chosen for one optimizer and model, and what each rate of the grid gave."""
+
+    model: str
+    optimizer: str
+    lr: float | None  # None: no rate of the grid trained; the grid keeps the optimizer's default
+    tried: dict[float, str]  # rate -> 'held-out loss 2.31' or the run's status
+
+    @property
+    def at_edge(self) -> bool:
+        """The chosen rate is the grid's smallest or largest: the best may lie beyond what was tried."""
+        return self.lr is not None and self.lr in (min(self.tried), max(self.tried))
+
+    def as_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "lr": self.lr,
+            "at_edge": self.at_edge,
+            "tried": {f"{k:g}": v for k, v in self.tried.items()},
+        }
+
+
+def tuning_key(cfg: RunConfig, rules) -> RunConfig:
+    """The tuning run's configuration for a grid cell, rate left open: what is shared by every cell the
+    rate serves (strategy and seed are the tuning's own)."""
+    tuning = rules.protocol["tuning"]
+    return replace(
+        cfg, strategy=tuning["strategy"], seed=tuning["seed"], lr=None, lr_grid=None, role="tuning"
+    )
+
+
+def rates(key: RunConfig, rules) -> tuple[float, ...]:
+    from measure.optimizers import DEFAULT_LR
+
+    return tuple(float(f"{DEFAULT_LR[key.optimizer] * f:.3g}") for f in rules.protocol["tuning"]["factors"])
+
+
+def tune(
+    configs: list[RunConfig],
+    db_path: Path,
+    run: Callable[[list[RunConfig]], object],
+    rules,
+) -> tuple[list[RunConfig], list[Tuned]]:
+    """Run the tuning grid (through `run`, e.g. the grid runner), choose each rate, and return the grid's
+    configurations at their rates with the grid recorded, and what was chosen."""
+    keys = list(dict.fromkeys(tuning_key(c, rules) for c in configs))
+    tuning = [replace(k, lr=lr) for k in keys for lr in rates(k, rules)]
+    run(tuning)
+    chosen = {k: _choose(k, rates(k, rules), db_path, rules) for k in keys}
+    out = []
+    for cfg in configs:
+        found = chosen[tuning_key(cfg, rules)]
+        out.append(cfg if found.lr is None else replace(cfg, lr=found.lr, lr_grid=rates(cfg, rules)))
+    return out, list(chosen.values())
+
+
+def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path, rules) -> Tuned:
+    """The rate whose tuning run ended ok with the lowest final held-out loss, read back from the KB."""
+    from advisor.schema import cell_key, connect_readonly
+    from measure.hardware import describe, resolve_device
+    from measure.runner import TUNING_SOURCE
+
+    device = resolve_device(key.device)
+    hardware = describe(device)["hardware"]
+    conn = connect_readonly(db_path)
+    tried: dict[float, str] = {}
+    losses: dict[float, float] = {}
+    try:
+        for lr in grid:
+            cfg = replace(replace(key, lr=lr).resolved(), device=device)
+            row = conn.execute(
+                "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
+                "FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND r.hardware = ? "
+                "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.id DESC LIMIT 1",
+                [TUNING_SOURCE, cell_key(cfg.as_dict()), cfg.seed, hardware],
+            ).fetchone()
+            if row is None:
+                tried[lr] = "not run"
+            elif row[0] == "ok" and row[1] is not None:
+                losses[lr] = row[1]
+                tried[lr] = f"held-out loss {row[1]:.4g}"
+            else:
+                tried[lr] = row[0]
+    finally:
+        conn.close()
+    best = min(losses, key=lambda lr: (losses[lr], lr)) if losses else None
+    return Tuned(key.model, key.optimizer, best, tried)
+
+
+def tuned_table(tuned: list[Tuned]):
+    """The rates --tune-lr chose, and what every rate tried gave (a rich Table)."""
+    from rich.table import Table
+
+    table = Table(title="--tune-lr: rates chosen on the tuning seed", title_justify="left", show_edge=False)
+    for col in ("model", "optimizer", "chosen", "tried"):
+        table.add_column(col)
+    for t in tuned:
+        chosen = f"{t.lr:g}" if t.lr is not None else "[red]none trained: default kept[/red]"
+        chosen += " [yellow](edge of the grid)[/yellow]" if t.at_edge else ""
+        tried = ", ".join(f"{lr:g}: {what}" for lr, what in t.tried.items())
+        table.add_row(t.model, t.optimizer, chosen, tried)
+    return table

@@ -1,0 +1,169 @@
+"""The fair protocol and the honest measures: held-out loss, equal updates, time to target, "did not
+train", tensor peaks that obey physics, CPU utilization that cannot exceed the cores, contention."""
+
+from dataclasses import replace
+
+import pytest
+
+from advisor.rules import load_rules
+from measure.config import RunConfig
+from measure.protocol import TargetClock, Untrained, check_trained, contended
+from measure.runner import train_cell
+
+RULES = load_rules()
+TINY = RunConfig(preset="tiny", epochs=2, steps_per_epoch=3, device="cpu")
+
+
+def run(**over):
+    outcome = train_cell(replace(TINY, **over).resolved())
+    assert outcome.status == "ok", outcome.error
+    return outcome
+
+
+def test_held_out_loss_is_evaluated_before_training_and_after_every_epoch():
+    out = run(model="vit", optimizer="adam")
+    f = out.figures
+    assert [e["eval_loss"] is not None for e in out.epochs] == [True, True]
+    assert f["eval_loss"] == out.epochs[-1]["eval_loss"] and f["eval_loss"] < f["eval_loss_initial"]
+    assert 0 <= f["eval_accuracy"] <= 100
+    again = run(
+        model="vit", optimizer="adam", seed=1
+    )  # another seed: another training set, same held-out set
+    assert again.figures["eval_loss_initial"] != f["eval_loss_initial"]  # another init...
+    assert again.epochs[0]["loss"] != out.epochs[0]["loss"]
+
+
+def test_the_held_out_set_is_the_same_for_every_seed_and_never_trained_on():
+    from measure.data import _generated, load_heldout
+    from measure.families import family
+    from measure.models import reference_shape
+
+    fam, shape = reference_shape("llama", "tiny")
+    a, _ = load_heldout(fam, shape, 8)
+    b, _ = load_heldout(fam, shape, 8)
+    assert [list(x) for x in a["ids"]] == [list(x) for x in b["ids"]]
+    train_plots = set(_generated(64, 0)["plot"])
+    from measure.data import EVAL_SEED
+
+    held_plots = _generated(8, EVAL_SEED)["plot"]
+    assert family("decoder") is fam and not train_plots >= set(held_plots)
+    validation, source = load_heldout(fam, shape, 8, "validation")
+    assert "(validation)" in source and "(test)" in load_heldout(fam, shape, 8)[1]
+    assert [list(x) for x in validation["ids"]] != [list(x) for x in a["ids"]]
+    with pytest.raises(ValueError, match="validation, test|test, validation"):
+        load_heldout(fam, shape, 8, "train")
+
+
+def test_tuning_runs_choose_on_the_validation_set_and_grid_runs_report_the_test_set():
+    grid_run = run(model="llama", optimizer="adam")
+    tuning_run = run(model="llama", optimizer="adam", role="tuning")
+    assert grid_run.figures["eval_loss_initial"] != tuning_run.figures["eval_loss_initial"]
+
+
+def test_accumulation_makes_as_many_updates_as_standard_under_the_fair_protocol():
+    std = run(model="llama", optimizer="sgd", strategy="standard")
+    acc = run(model="llama", optimizer="sgd", strategy="accumulation", accumulation_steps=2)
+    assert [e["steps"] for e in std.epochs] == [e["steps"] for e in acc.epochs] == [3, 3]
+    assert [e["micro_batches"] for e in acc.epochs] == [6, 6]  # k micro-batches per update
+    assert [e["micro_batches"] for e in std.epochs] == [3, 3]
+    paper = run(
+        model="llama", optimizer="sgd", strategy="accumulation", accumulation_steps=3, protocol="paper"
+    )
+    assert [e["steps"] for e in paper.epochs] == [
+        1,
+        1,
+    ]  # the paper's: the same micro-batches, k times fewer updates
+    assert paper.epochs[0]["eval_loss"] is None and "eval_loss" not in paper.figures
+
+
+def test_checkpointing_trains_identically_and_holds_fewer_activation_bytes():
+    std = run(model="llama", optimizer="sgd", strategy="standard")
+    ckpt = run(model="llama", optimizer="sgd", strategy="checkpointing")
+    assert [e["loss"] for e in std.epochs] == [e["loss"] for e in ckpt.epochs]  # bit-identical, dropout off
+    assert ckpt.figures["eval_loss"] == std.figures["eval_loss"]
+    assert ckpt.figures["forward_activations_gb"] < 0.5 * std.figures["forward_activations_gb"]
+    assert ckpt.figures["tensor_peak_gb"] < std.figures["tensor_peak_gb"]
+
+
+def test_adams_tensor_peak_exceeds_sgds_by_its_two_state_buffers():
+    sgd = run(model="llama", optimizer="sgd")
+    adam = run(model="llama", optimizer="adam")
+    params = sgd.figures["tensor_parameters_gb"]
+    assert sgd.figures["tensor_optimizer_gb"] == 0
+    assert adam.figures["tensor_optimizer_gb"] == pytest.approx(2 * params, rel=0.01)  # exp_avg, exp_avg_sq
+    extra = adam.figures["tensor_peak_gb"] - sgd.figures["tensor_peak_gb"]
+    assert 2 * params * 0.95 <= extra <= 4 * params  # the two buffers (and the step's temporaries)
+
+
+def test_utilization_and_throughput_are_honest():
+    out = run(model="modernbert", optimizer="adam")
+    f = out.figures
+    assert all(0 < e["cpu_util"] <= 100 for e in out.epochs)
+    assert 0 < f["cpu_util"] <= 100
+    assert f["samples_per_s"] > 0 and f["tokens_per_s"] > f["samples_per_s"]
+    assert f["achieved_gflops"] > 0 and 0 < f["mfu"] < 100
+    assert f["peak_gflops"] > f["achieved_gflops"]
+    assert f["contended"] in (0.0, 1.0) and f["others_cpu"] >= 0
+
+
+def test_bf16_mixed_trains_on_the_cpu():
+    out = run(model="vit", optimizer="adam", dtype="bf16-mixed")
+    assert out.figures["eval_loss"] < out.figures["eval_loss_initial"]
+
+
+def test_a_run_that_does_not_learn_did_not_train():
+    outcome = train_cell(replace(TINY, model="vit", optimizer="sgd", lr=1e-9).resolved())
+    assert outcome.status == "untrained"
+    assert "did not train" in outcome.error and "held-out loss" in outcome.error
+    assert "eval_loss" in outcome.figures  # its figures are kept: it is an outcome, not a crash
+
+
+def test_time_to_target_is_reached_or_not():
+    reached = run(model="vit", optimizer="adam", target_loss=10.0)
+    f = reached.figures
+    assert f["target_reached"] == 1 and f["steps_to_target"] == 3 and f["time_to_target"] > 0
+    missed = run(model="vit", optimizer="adam", target_loss=0.001)
+    assert missed.figures["target_reached"] == 0 and "time_to_target" not in missed.figures
+
+
+def test_the_target_is_checked_between_epochs_every_few_updates():
+    """rules/protocol.toml [target_checks] every = 1: a target the first update reaches is reached at
+    update 1, not at the end of the epoch (update 3), and the checks' time is not training time."""
+    import copy
+
+    rules = copy.deepcopy(RULES)
+    rules.protocol["target_checks"] = {"every": 1}
+    outcome = train_cell(
+        replace(TINY, model="vit", optimizer="adam", target_loss=10.0).resolved(), rules=rules
+    )
+    assert outcome.status == "ok" and outcome.figures["steps_to_target"] == 1
+    assert 0 < outcome.figures["time_to_target"]
+
+
+def test_target_clock_and_trained_check_in_isolation():
+    clock = TargetClock(2.0)
+    clock.check(2.5, 10, 1.0)
+    clock.check(1.9, 20, 2.0)
+    clock.check(1.0, 30, 3.0)  # the first time counts
+    assert (clock.steps, clock.seconds) == (20, 2.0)
+    assert TargetClock(None).metrics() == []
+    check_trained(3.0, 2.9)
+    with pytest.raises(Untrained, match="did not train"):
+        check_trained(3.0, 3.0)
+
+
+def test_contention_is_flagged_from_other_processes_or_spread():
+    assert not contended([{"others_cpu": 0.05, "step_time_cv": 0.1}], RULES)
+    assert contended([{"others_cpu": 0.05, "step_time_cv": 0.1}, {"others_cpu": 0.9}], RULES)
+    assert contended([{"others_cpu": None, "step_time_cv": 0.8}], RULES)
+    assert not contended([{"others_cpu": None, "step_time_cv": 0.8}], RULES, steps_vary=True)  # a line search
+
+
+def test_the_paper_protocol_runs_cgd_as_the_paper_did():
+    fair, paper = TINY.resolved(), replace(TINY, protocol="paper").resolved()
+    assert (fair.cgd_line_search, fair.cgd_restart_every, fair.cgd_beta_max) == ("armijo", 10, 1.0)
+    assert (paper.cgd_line_search, paper.cgd_restart_every) == ("fixed", 0)
+    assert paper.as_dict()["cgd_beta_max"] == "inf"
+    paper_vit = replace(TINY, protocol="paper", preset="paper", model="vit").resolved()
+    assert paper_vit.lr == 3e-4  # the paper's one rate per model, under its protocol only
+    assert replace(TINY, preset="paper", model="vit", optimizer="sgd").resolved().lr == 0.1
