@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[measure,dev]'
+	$(BIN)/python -m pip install -q -e '.[measure,trainer,dev]'
 	touch $@
 
 setup: $(BIN)/.installed
@@ -27,7 +27,7 @@ lint: setup
 	$(BIN)/ruff format --check advisor measure tests bench
 
 kb: setup
-	$(BIN)/advisor kb build
+	$(BIN)/advisor kb build --shipped
 
 # The CPU reference grid: all four families x their grid's optimizers x 3 strategies x 3 seeds at preset
 # small under the fair protocol, each optimizer's rate tuned first (--tune-lr), measured here and committed
@@ -38,11 +38,11 @@ reference: setup
 	$(BIN)/advisor measure --model all --preset small --seeds 3 --tune-lr --order-seed 2026 --db $(REF_DB)
 	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/sources/measured-cpu-small.json
 	$(BIN)/advisor kb export --source measured:tuning --db $(REF_DB) -o kb/sources/measured-cpu-small-tuning.json
-	$(BIN)/advisor kb build
+	$(BIN)/advisor kb build --shipped
 
 # The reproduction report: the paper's claims against the reference measurements.
 claims: setup
-	$(BIN)/advisor claims --source measured --markdown docs/claims.md
+	$(BIN)/advisor claims --source measured --db kb/results.sqlite --markdown docs/claims.md
 
 bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py

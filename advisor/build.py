@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +25,50 @@ def import_file(db_path: Path, path: Path, setup_path: Path | None = None) -> tu
     runs, validations = read_file(path, setup_path)
     with store.writing(db_path) as conn:
         return store.write_runs(conn, runs, validations)
+
+
+@dataclass
+class Merged:
+    """What `advisor kb merge` did: runs added, runs already there, and conflicts left as they were."""
+
+    added: int = 0
+    skipped: int = 0
+    conflicts: list[str] = field(default_factory=list)  # 'uid …: status ok here, crashed in FILE'
+
+
+def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
+    """Unite KBs into the one at db_path by run identity (uid), in one transaction: runs it lacks are added
+    with their provenance; runs it holds are skipped, and those that differ (status, figures) are reported
+    as conflicts, never overwritten. Merging the same files twice changes nothing the second time."""
+    from advisor.kb import export_runs, export_validations
+    from advisor.schema import connect_readonly
+
+    loaded = []
+    for path in files:
+        conn = connect_readonly(path)  # an advisor KB at this schema, or a sentence
+        try:
+            loaded.append((path, export_runs(conn), export_validations(conn)))
+        finally:
+            conn.close()
+    out = Merged()
+    with store.writing(db_path) as conn:
+        uids = [r["uid"] for _, file_runs, _ in loaded for r in file_runs]
+        mine = {uid: (digest, "here") for uid, digest in store.run_digests(conn, uids)}
+        runs, validations = [], []
+        for path, file_runs, file_validations in loaded:
+            for run in file_runs:
+                digest = store.run_digest(run)
+                if run["uid"] in mine and mine[run["uid"]][0] != digest:
+                    where = mine[run["uid"]][1]
+                    out.conflicts.append(
+                        f"run {run['uid']} ({run['status']} in {path}) differs from the one {where}: kept"
+                    )
+                    continue
+                mine.setdefault(run["uid"], (digest, f"in {path}"))
+                runs.append(run)
+            validations += file_validations
+        out.added, out.skipped = store.write_runs(conn, runs, validations)
+    return out
 
 
 def build_kb(out_path: Path, src: Path | None = None) -> dict:

@@ -29,27 +29,56 @@ class NoEvidence(Exception):
     """No evidence group holds runs for the question asked."""
 
 
+@dataclass(frozen=True)
+class Selector:
+    """Which evidence an answer may rank, beside --source: a preset, a hardware, or one group's id."""
+
+    preset: str | None = None
+    hardware: str | None = None
+    group: int | None = None
+
+    def keeps(self, g: Group) -> bool:
+        return (
+            (self.preset is None or g.preset == self.preset)
+            and (self.hardware is None or g.hardware == self.hardware)
+            and (self.group is None or g.id == self.group)
+        )
+
+    def __str__(self) -> str:
+        return " ".join(f"--{k} {v}" for k, v in vars(self).items() if v is not None)
+
+
 def select_group(
-    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None = None, model: str | None = None
+    conn: sqlite3.Connection,
+    rules: Rules,
+    family: str,
+    source: str | None = None,
+    model: str | None = None,
+    selector: Selector | None = None,
 ) -> tuple[Group, list[Group]]:
-    """The best evidence group for a family (rules: flowchart.evidence), and the others available. Sources
-    the rules never answer from (`--tune-lr`'s runs, which chose the rates) count only when asked for."""
+    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps, and
+    the others available. Sources the rules never answer from (`--tune-lr`'s runs, which chose the rates)
+    count only when asked for; so does the group a selector names."""
     prefs = rules.flowchart["evidence"]
+    selector = selector or Selector()
+    everything = evidence_groups(conn, family=family, source=source)
     groups = [
         g
-        for g in evidence_groups(conn, family=family, source=source)
-        if source or g.source not in prefs.get("answer_never", [])
+        for g in everything
+        if selector.keeps(g) and (source or selector.group or g.source not in prefs.get("answer_never", []))
     ]
     if not groups:
         where = f" from source {source!r}" if source else ""
+        where += f" matching {selector}" if str(selector) else ""
         raise NoEvidence(
             f"the knowledge base has no runs of the {family} family{where}. "
-            f"Measure some with `advisor measure`, or drop --source."
+            f"Measure some with `advisor measure`, or drop --source (see `advisor kb stats` for the groups)."
         )
 
     def rank(g: Group):
         return (
             g.model == model,
+            g.own,  # the user's own measurements of the family, on their hardware, over anything shipped
             prefs["preset_rank"].get(g.preset, 1),
             prefs["protocol_rank"].get(g.protocol, 0),
             prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
@@ -57,8 +86,10 @@ def select_group(
             g.n_runs,
         )
 
-    ordered = sorted(groups, key=rank, reverse=True)
-    return ordered[0], ordered[1:]
+    chosen = max(groups, key=rank)
+    never = prefs.get("answer_never", [])
+    others = [g for g in everything if g is not chosen and (g.source not in never or selector.group == g.id)]
+    return chosen, sorted(others, key=rank, reverse=True)
 
 
 @dataclass(frozen=True)

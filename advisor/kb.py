@@ -51,6 +51,19 @@ def resolve_write_path(db: str | os.PathLike | None) -> Path:
     return path
 
 
+def places() -> dict[str, str | bool | None]:
+    """Where advisor reads and writes (`advisor kb path`)."""
+    env = os.environ.get("ADVISOR_DB") or None
+    return {
+        "shipped_kb": str(shipped_kb_path()),
+        "user_kb": str(user_kb_path()),
+        "user_kb_exists": user_kb_path().exists(),
+        "ADVISOR_DB": env,
+        "writes_to": str(Path(env) if env else user_kb_path()),
+        "reads": env or f"{shipped_kb_path()} + {user_kb_path()}",
+    }
+
+
 def source_kind(source: str) -> str:
     """'paper' for any paper:<arxiv id> source, else the source itself ('measured', 'import:...')."""
     return "paper" if source.startswith("paper:") else source
@@ -81,7 +94,13 @@ class Group:
         seeds = f"{self.n_seeds} seeds" if self.n_seeds > 1 else "1 run per configuration"
         origin = "paper 2608.08961" if self.kind == "paper" else self.source
         protocol = ", fair protocol" if self.protocol == "fair" else ""
-        return f"{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, {seeds}"
+        yours = "your KB: " if self.own else ""
+        return f"{yours}{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, {seeds}"
+
+    @property
+    def own(self) -> bool:
+        """A group of the user's own KB, read beside the shipped one."""
+        return is_users(self.id)
 
     def as_dict(self) -> dict:
         return {
@@ -95,6 +114,8 @@ class Group:
             "seeds": self.n_seeds,
             "parameters": self.n_params,
             "label": self.label,
+            "yours": self.own,
+            "id": self.id,
         }
 
 
@@ -452,9 +473,50 @@ def fit_validations(conn: sqlite3.Connection) -> list[dict]:
 
 
 def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
-    """Resolve the KB path and open it read-only (raises KBError with a sentence to act on)."""
-    path = resolve_db_path(db)
-    return connect_readonly(path)
+    """The KB to answer from, read-only (raises KBError with a sentence to act on): --db or $ADVISOR_DB
+    alone; else the shipped KB and, when it exists, the user's, read together (`read_together`)."""
+    if db or os.environ.get("ADVISOR_DB"):
+        return connect_readonly(resolve_db_path(db))
+    conn = connect_readonly(shipped_kb_path())
+    if user_kb_path().exists():
+        read_together(conn, user_kb_path())
+    return conn
+
+
+# The user's KB read beside the shipped one: its row ids are shifted by this much, so that no id of one
+# equals an id of the other and every reference (a run's metrics, a group's summaries) stays within its KB.
+USER_ID_OFFSET = 1 << 40
+_ID_COLUMNS = ("id", "run_id", "grp")
+
+
+def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
+    """ATTACH the user's KB to a read-only connection of the shipped one, and shadow each table with a TEMP
+    view of both (temp comes first in SQLite's name lookup): every query sees the two KBs as one, each run
+    keeping its provenance, and nothing is copied or written. Tables the user's KB lacks stay the shipped
+    KB's own."""
+    connect_readonly(user_path).close()  # an advisor KB at this schema, or a sentence
+    conn.execute("ATTACH DATABASE ? AS user", [f"{Path(user_path).resolve().as_uri()}?mode=ro"])
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' "
+            "AND name NOT LIKE '\\_%' ESCAPE '\\' AND name IN (SELECT name FROM user.sqlite_master)"
+        )
+    ]
+    for table in tables:
+        cols = [r[1] for r in conn.execute(f"PRAGMA main.table_info({table})")]
+        if cols != [r[1] for r in conn.execute(f"PRAGMA user.table_info({table})")]:
+            continue
+        shifted = ", ".join(f"{c} + {USER_ID_OFFSET} AS {c}" if c in _ID_COLUMNS else c for c in cols)
+        conn.execute(
+            f"CREATE TEMP VIEW {table} AS SELECT {', '.join(cols)} FROM main.{table} "
+            f"UNION ALL SELECT {shifted} FROM user.{table}"
+        )
+
+
+def is_users(group_or_run_id: int | None) -> bool:
+    """Whether a row read through `read_together` comes from the user's KB."""
+    return group_or_run_id is not None and group_or_run_id >= USER_ID_OFFSET
 
 
 __all__ = [

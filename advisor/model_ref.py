@@ -39,9 +39,12 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
         raise ModelNotResolved(f"{config_path} has no model_type; pass --arch FAMILY instead.")
     family = rules.family_of_model_type(model_type)
     if family is None:
+        from advisor.rules import user_rules_dir
+
+        where = user_rules_dir() / "families.toml"
         raise ModelNotResolved(
-            f"model_type {model_type!r} of {name!r} belongs to no family in rules/families.toml; "
-            "pass --arch FAMILY, or add the model_type to that file."
+            f"model_type {model_type!r} of {name!r} belongs to no family in the rules; pass --arch FAMILY, "
+            f'or add it to a family in {where}, e.g. [families.decoder] model_types = ["{model_type}"].'
         )
     return ResolvedModel(name, family, model_type, config_path)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from advisor.evidence import GroupEvidence, NoEvidence, Stat, select_group
+from advisor.evidence import GroupEvidence, NoEvidence, Selector, Stat, select_group
 from advisor.frontier import frontier_points
 from advisor.kb import Cell, Group, group_settings, source_kind, validation
 from advisor.pareto import FrontierPoint
@@ -89,6 +89,7 @@ class Answer:
     frontier_axes: tuple[str, str] = ("time", "loss")
     why_none: str | None = None
     other_groups: list[Group] = field(default_factory=list)
+    disagreements: list[dict] = field(default_factory=list)  # other groups' differing picks (compare_groups)
     validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
     tie_break: str | None = None  # what picked the pick among configurations of practically equal means
     tied_with: list[Entry] = field(default_factory=list)  # every configuration tied with the pick
@@ -128,7 +129,8 @@ class Answer:
             "mixed_protocols": self.mixed_protocols,
             "notes": self.notes,
             "model": self.model,
-            "other_evidence": [g.as_dict() for g in self.other_groups],
+            "other_evidence": [g.as_dict() | {"select": selector_flags(g)} for g in self.other_groups],
+            "disagreements": self.disagreements,
         }
 
 
@@ -141,12 +143,15 @@ def recommend(
     model: str | None = None,
     rules: Rules | None = None,
     evidence: dict[Group, GroupEvidence] | None = None,
+    selector: Selector | None = None,
+    compare_groups: bool = False,
 ) -> Answer:
     """Rank the configurations of the best evidence group for one metric, under the constraints.
 
-    `evidence` caches each group's aggregates when one caller asks several questions (the flowchart)."""
+    `evidence` caches each group's aggregates when one caller asks several questions (the flowchart);
+    `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`)."""
     rules = rules or load_rules()
-    group, others = select_group(conn, rules, family, source, model)
+    group, others = select_group(conn, rules, family, source, model, selector)
     if constraints.fit is not None and metric == "memory":  # ranked by prediction: a group of its own
         ev = GroupEvidence(conn, group, rules)
         ev.use_prediction(
@@ -162,7 +167,35 @@ def recommend(
     answer.validation = validation(conn, group.hardware)
     protocols = group_settings(conn, group)
     answer.mixed_protocols = protocols if len(protocols) > 1 else {}
+    if compare_groups and answer.recommendation is not None:
+        answer.disagreements = disagreements(conn, rules, others, rules.metric(metric), constraints, answer)
     return answer
+
+
+def disagreements(
+    conn: sqlite3.Connection,
+    rules: Rules,
+    others: list[Group],
+    metric: Metric,
+    c: Constraints,
+    answer: Answer,
+) -> list[dict]:
+    """The other evidence groups whose pick for the same question differs from the answer's: shown side by
+    side, never mixed in (their numbers are of other hardware, scale or source)."""
+    mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
+    out = []
+    for group in others:
+        theirs = rank_group(GroupEvidence(conn, group, rules), metric, replace(c, fit=None)).recommendation
+        if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
+            out.append(
+                {"evidence": group.as_dict(), "select": selector_flags(group), "pick": theirs.as_dict()}
+            )
+    return out
+
+
+def selector_flags(group: Group) -> str:
+    """The flags that make `advisor recommend` answer from this group."""
+    return f"--source {group.source} --group {group.id}"
 
 
 def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:

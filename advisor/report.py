@@ -13,7 +13,7 @@ from advisor.flowchart import BestPath
 from advisor.kb import RUN_COLUMNS
 from advisor.pareto import FrontierPoint
 from advisor.plot import point_labels, scatter
-from advisor.recommend import Answer, Entry
+from advisor.recommend import Answer, Entry, selector_flags
 from advisor.rules import Metric, Rules
 
 
@@ -66,6 +66,26 @@ def _signed(diff: float, relative: float | None) -> str:
     return f"{diff:+.4g}" + (f" ({relative:+.2g} %)" if relative is not None else "")
 
 
+def _disagreements_table(answer: Answer) -> Table:
+    """Each evidence group's pick where it differs from the answer's, side by side."""
+    table = Table(title="Other evidence picks differently", title_justify="left", show_edge=False)
+    for col in ("evidence", "pick", answer.metric.name, "select with"):
+        table.add_column(col)
+    rec = answer.recommendation
+    table.add_row(
+        answer.group.label, f"{rec.optimizer} + {rec.strategy}", fmt(rec.value, rec.unit), "(this answer)"
+    )
+    for d in answer.disagreements:
+        pick = d["pick"]
+        table.add_row(
+            d["evidence"]["label"],
+            f"{pick['optimizer']} + {pick['strategy']}",
+            fmt(pick["value"], pick["unit"]),
+            d["select"],
+        )
+    return table
+
+
 def flag_text(e) -> str:
     """'⚠ 2 of 3 seeds ok; seed 1 diverged: mean over the 2 ok seeds'."""
     n = e.seeds if e.seeds is not None else e.seeds_ok  # the seeds the mean is over
@@ -100,9 +120,13 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     if answer.frontier:
         x, y = answer.frontier_axes
         parts.append(frontier_view(answer.frontier, rules, x, y, title=f"Pareto frontier: {y} vs {x}"))
+    if answer.disagreements:
+        parts.append(_disagreements_table(answer))
     if answer.other_groups:
-        others = ", ".join(g.label for g in answer.other_groups[:3])
-        parts.append(Text(f"Other evidence (not mixed in; pick with --source): {others}", style="dim"))
+        lines = [f"  {g.label}: {selector_flags(g)}" for g in answer.other_groups[:5]]
+        more = len(answer.other_groups) - 5
+        lines += [f"  and {more} more (advisor kb stats)"] if more > 0 else []
+        parts.append(Text("Other evidence (not mixed in; select with):\n" + "\n".join(lines), style="dim"))
     return RGroup(*parts)
 
 
@@ -345,11 +369,19 @@ def stats_view(stats: dict, path: str) -> RenderableType:
         show_edge=False,
         pad_edge=False,
     )
-    for col in ("family", "source", "model", "hardware", "preset", "runs", "seeds"):
+    for col in ("group", "family", "source", "model", "hardware", "preset", "protocol", "runs", "seeds"):
         groups.add_column(col)
     for g in stats["groups"]:
         groups.add_row(
-            g["family"], g["source"], g["model"], g["hardware"], g["preset"], str(g["runs"]), str(g["seeds"])
+            str(g["id"]) + (" (yours)" if g["yours"] else ""),
+            g["family"],
+            g["source"],
+            g["model"],
+            g["hardware"],
+            g["preset"],
+            g["protocol"],
+            str(g["runs"]),
+            str(g["seeds"]),
         )
     return RGroup(head, groups)
 

@@ -103,12 +103,33 @@ def rules_dir() -> Path:
     return Path(str(resources.files("advisor.shipped.rules")))
 
 
-@cache
+def user_rules_dir() -> Path:
+    """The user's rules, beside their KB: TOML files named as in rules/ that extend or override it."""
+    from advisor.kb import user_dir
+
+    return user_dir() / "rules"
+
+
 def load_rules(directory: str | None = None) -> Rules:
-    """Load and cross-check every rules file (cached: the rules do not change during a process)."""
+    """Every rules file, cross-checked: the shipped rules (or `directory`'s), extended by the user's rules
+    directory where it exists (not when a directory is named)."""
     base = Path(directory) if directory else rules_dir()
-    files = ("metrics", "families", "flowchart", "caveats", "hardware", "fit", "protocol")
-    raw = {name: _read(base / f"{name}.toml") for name in files}
+    extra = None if directory else user_rules_dir()
+    return _load_rules(str(base), str(extra) if extra is not None and extra.is_dir() else None)
+
+
+RULE_FILES = ("metrics", "families", "flowchart", "caveats", "hardware", "fit", "protocol")
+
+
+@cache
+def _load_rules(directory: str, extra: str | None) -> Rules:
+    """(Cached: the rules do not change during a process.)"""
+    base = Path(directory)
+    raw = {name: _read(base / f"{name}.toml") for name in RULE_FILES}
+    if extra is not None:
+        for name in RULE_FILES:
+            if (Path(extra) / f"{name}.toml").exists():
+                raw[name] = extended(raw[name], _read(Path(extra) / f"{name}.toml"))
     measures = {n: Measure(name=n, **m) for n, m in raw["metrics"].get("measures", {}).items()}
     metrics = {}
     for name, m in raw["metrics"].get("metrics", {}).items():
@@ -190,6 +211,20 @@ def _families(raw: dict) -> dict[str, Family]:
         unknown += [s for s in fam.grid_strategies if s not in raw["strategies"]]
         if unknown:
             raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")
+    return out
+
+
+def extended(base: dict, user: dict) -> dict:
+    """The shipped rules with the user's merged in: tables merged key by key, lists extended with the
+    user's new items (a model_type added to a family), any other value replaced by the user's."""
+    out = dict(base)
+    for key, value in user.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = extended(out[key], value)
+        elif isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = out[key] + [v for v in value if v not in out[key]]
+        else:
+            out[key] = value
     return out
 
 

@@ -388,6 +388,29 @@ def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
         _insert(conn, "validations", row)
 
 
+def run_digest(run: dict) -> str:
+    """A run's outcome as one string (status and its run-level figures): two copies of one run (one uid)
+    that differ here are a conflict, not a duplicate."""
+    figures = sorted((m["name"], round(float(m["value"]), 9)) for m in run.get("metrics", []))
+    return json.dumps([run.get("status"), figures])
+
+
+def run_digests(conn: sqlite3.Connection, uids: list[str]) -> list[tuple[str, str]]:
+    """(uid, run_digest) of the runs the KB holds among uids."""
+    out = []
+    for start in range(0, len(uids), 500):
+        chunk = uids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(f"SELECT id, uid, status FROM runs WHERE uid IN ({marks})", chunk).fetchall()
+        for run_id, uid, status in rows:
+            metrics = [
+                {"name": n, "value": v}
+                for n, v in conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])
+            ]
+            out.append((uid, run_digest({"status": status, "metrics": metrics})))
+    return out
+
+
 def rebuild_summaries(conn: sqlite3.Connection) -> None:
     """Recompute every summary from the runs, in one transaction: after a KB was edited by hand in SQL."""
     with transaction(conn):

@@ -1,5 +1,6 @@
-"""Progress of `advisor measure`: the callbacks the runner and trainer make (`Reporter`, silent), and the
-rich bars for a terminal: the grid (cells done/total, ETA) and the cell (steps, live loss).
+"""Progress of `advisor measure`: the callbacks the runner and trainer make (`Reporter`, silent), the rich
+bars for a terminal (the grid: cells done/total, ETA; the cell: steps, live loss), and plain lines where
+stderr is no terminal (CI, Slurm, nohup): one per epoch and one per cell, each with the grid's ETA.
 
 A cell runs in its own process: there `ForwardingReporter` sends its progress as messages (steps batched, a
 few a second), and the grid's process `replay`s them into its own Reporter."""
@@ -27,6 +28,7 @@ class Reporter:
     def grid_start(self, total: int) -> None: ...
     def cell_start(self, config, total_steps: int) -> None: ...
     def step(self, loss: float) -> None: ...
+    def epoch(self, row: dict) -> None: ...
     def cell_end(self, result) -> None: ...
 
 
@@ -48,6 +50,10 @@ class ForwardingReporter(Reporter):
         if time.monotonic() - self.sent >= self.interval:
             self.flush()
 
+    def epoch(self, row: dict) -> None:
+        self.flush()
+        self.send(("epoch", {k: row.get(k) for k in EPOCH_FIELDS}))
+
     def flush(self) -> None:
         if self.losses:
             self.send(("steps", self.losses))
@@ -62,6 +68,11 @@ def replay(message: tuple, reporter: Reporter) -> None:
     elif message[0] == "steps":
         for loss in message[1]:
             reporter.step(loss)
+    elif message[0] == "epoch":
+        reporter.epoch(message[1])
+
+
+EPOCH_FIELDS = ("epoch", "loss", "eval_loss", "wall_s")  # what an epoch's progress line shows
 
 
 STATUS_STYLE = {
@@ -120,6 +131,70 @@ class RichReporter(Reporter):
         self.progress.update(self.grid_task, advance=1, info=f"last: [{style}]{result.status}[/]{loss}")
         if result.status not in ("ok", "skipped"):
             self.console.print(f"[{style}]{result.config.label}: {result.status}[/] — {result.error}")
+
+
+class PlainReporter(Reporter):
+    """One line per epoch and per cell on a stream that is no terminal (a log file, CI, a Slurm job's
+    output), where rich's bars would print nothing until the end:
+
+        [3/60] llama/small adam+standard seed 0 · epoch 2/4 · loss 2.412 · held-out 2.508 · 1.3 s · ETA 4 min
+        [3/60] llama/small adam+standard seed 0 · ok · loss 2.301 · 6.1 s · ETA 4 min
+    """
+
+    def __init__(self, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.write, self.clock = write, clock
+        self.total = self.done = 0
+        self.label, self.epochs, self.started = "", None, clock()
+        self.cell_started = self.started
+
+    def grid_start(self, total: int) -> None:
+        self.total, self.done, self.started = total, 0, self.clock()
+        self.write(f"advisor measure: {total} cells")
+
+    def cell_start(self, config, total_steps: int) -> None:
+        self.label, self.epochs, self.cell_started = config.label, config.epochs, self.clock()
+
+    def epoch(self, row: dict) -> None:
+        parts = [f"epoch {row['epoch'] + 1}" + (f"/{self.epochs}" if self.epochs else "")]
+        parts += [f"loss {row['loss']:.4g}"] if row.get("loss") is not None else []
+        parts += [f"held-out {row['eval_loss']:.4g}"] if row.get("eval_loss") is not None else []
+        parts += [f"{row['wall_s']:.1f} s"] if row.get("wall_s") is not None else []
+        self.write(self._line(parts))
+
+    def cell_end(self, result) -> None:
+        self.done += 1
+        self.label = result.config.label
+        parts = [result.status]
+        parts += [f"loss {result.loss:.4g}"] if result.loss is not None else []
+        parts += [f"{self.clock() - self.cell_started:.1f} s"] if result.status != "skipped" else []
+        parts += [result.error] if result.error and result.status not in ("ok", "skipped") else []
+        self.write(self._line(parts))
+
+    def _line(self, parts: list[str]) -> str:
+        position = (
+            f"[{min(self.done + 1, self.total) if parts[0].startswith('epoch') else self.done}/{self.total}]"
+        )
+        return " · ".join([f"{position} {self.label}", *parts, f"ETA {self._eta()}"])
+
+    def _eta(self) -> str:
+        """The grid's time left at the mean time per finished cell so far ('?' before the first one)."""
+        if not self.done:
+            return "?"
+        left = (self.clock() - self.started) / self.done * (self.total - self.done)
+        return f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min"
+
+    def __enter__(self) -> PlainReporter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def reporter_for(console: Console) -> Reporter:
+    """Rich bars on a terminal, plain lines anywhere else (`measure 2>log`, CI, Slurm, nohup)."""
+    if console.is_terminal:
+        return RichReporter(console)
+    return PlainReporter(lambda line: print(line, file=console.file, flush=True))
 
 
 def summary_table(results: list) -> Table:

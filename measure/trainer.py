@@ -178,6 +178,7 @@ class Trainer:
         )
         self.epochs.append(row)
         self.on_epoch(row)
+        self.reporter.epoch(row)
 
     def check_target(self, epoch_start: float) -> None:
         """Between epochs' evaluations, every `target_checks.every` updates until the target is reached: the

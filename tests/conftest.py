@@ -32,10 +32,12 @@ def shipped_kb_untouched():
 
 @pytest.fixture(autouse=True)
 def kb_path(tmp_path, monkeypatch) -> Path:
-    """A private copy of the shipped KB, which $ADVISOR_DB points at for the test."""
+    """A private copy of the shipped KB, which $ADVISOR_DB points at for the test; and a private user data
+    directory ($XDG_DATA_HOME), so that no test reads or writes the user's own KB."""
     path = tmp_path / "kb.sqlite"
     shutil.copy(SHIPPED_KB, path)
     monkeypatch.setenv("ADVISOR_DB", str(path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     return path
 
 

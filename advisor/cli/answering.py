@@ -41,7 +41,8 @@ from advisor.rules import load_rules
     type=MetricType(),
     default="loss",
     show_default=True,
-    help="Metric to optimize: loss, time, memory, utilization.",
+    help="Metric to optimize (rules/metrics.toml): loss, time, memory, utilization, throughput, "
+    "time_to_target, accuracy.",
 )
 @click.option(
     "--max-memory",
@@ -77,6 +78,24 @@ from advisor.rules import load_rules
     "Only these strategies (repeatable): standard, checkpointing, accumulation.",
 )
 @source_option
+@click.option(
+    "--preset",
+    "evidence_preset",
+    metavar="PRESET",
+    help="Only evidence at this scale (tiny, small, paper, custom).",
+)
+@click.option(
+    "--hardware",
+    metavar="NAME",
+    help="Only evidence measured on this hardware (as `advisor kb stats` names it).",
+)
+@click.option(
+    "--group",
+    "group_id",
+    type=click.IntRange(min=1),
+    metavar="ID",
+    help="Answer from this evidence group (its id in `advisor kb stats`, or as 'Other evidence' lists it).",
+)
 @db_option
 @json_option
 @domain_errors
@@ -92,6 +111,9 @@ def recommend(
     exclude_optimizers,
     strategies,
     source,
+    evidence_preset,
+    hardware,
+    group_id,
     db,
     as_json,
 ):
@@ -104,6 +126,7 @@ def recommend(
         advisor recommend --model tests/fixtures/configs/Llama-3.1-8B --gpu A100-80GB --optimize time
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
+    from advisor.evidence import Selector
     from advisor.model_ref import resolve_model
     from advisor.recommend import Constraints
     from advisor.recommend import recommend as do_recommend
@@ -132,7 +155,10 @@ def recommend(
         strategies=strategies,
         fit=fitted,
     )
-    answer = do_recommend(conn, arch, metric, constraints, source=source, model=model_name, rules=rules)
+    selector = Selector(evidence_preset, hardware, group_id)
+    answer = do_recommend(
+        conn, arch, metric, constraints, source, model_name, rules, selector=selector, compare_groups=True
+    )
     if as_json:
         echo_json(answer.as_dict(rules))
     else:

@@ -18,6 +18,7 @@ from advisor.cli.params import (
     json_option,
     open_for_reading,
     source_option,
+    write_db_option,
 )
 
 
@@ -49,7 +50,7 @@ def stats(db, as_json):
     if as_json:
         echo_json(result)
     else:
-        console().print(stats_view(result, str(kbmod.resolve_db_path(db))))
+        console().print(stats_view(result, str(db) if db else str(kbmod.places()["reads"])))
 
 
 @kb.command(context_settings=CONTEXT)
@@ -120,7 +121,7 @@ def export(fmt, source, output, db):
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="For a figures CSV: its setup.toml (hardware, hyperparameters). Default: setup.toml beside it.",
 )
-@db_option
+@write_db_option
 @domain_errors
 def import_(file, setup, db):
     """Import runs from a JSON export or a figures CSV, in one transaction (a bad row imports nothing).
@@ -132,7 +133,7 @@ def import_(file, setup, db):
     """
     from advisor.build import import_file
 
-    path = kbmod.resolve_db_path(db)
+    path = kbmod.resolve_write_path(db)
     added, skipped = import_file(path, file, setup)
     click.echo(
         f"Imported {added} runs into {path}" + (f" ({skipped} already there, skipped)." if skipped else ".")
@@ -144,25 +145,35 @@ def import_(file, setup, db):
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the KB. Default: the shipped kb/results.sqlite.",
+    help="Where to write the KB.",
+)
+@click.option(
+    "--shipped",
+    is_flag=True,
+    help="Write the package's own kb/results.sqlite (what `make kb` does in a checkout).",
 )
 @domain_errors
-def build(output):
-    """Rebuild the knowledge base from the versioned sources in kb/sources/ (atomically).
+def build(output, shipped):
+    """Build a knowledge base from the versioned sources in kb/sources/ (atomically).
 
     \b
-    Example:
-        advisor kb build                 # refresh the shipped kb/results.sqlite
+    Examples:
+        advisor kb build -o /tmp/kb.sqlite
+        advisor kb build --shipped      # refresh the package's kb/results.sqlite (a checkout's make kb)
     """
     from advisor.build import build_kb
 
+    if bool(output) == shipped:
+        raise click.UsageError(
+            "say where to write: -o PATH, or --shipped for the package's own kb/results.sqlite."
+        )
     out = output or kbmod.shipped_kb_path()
     counts = build_kb(out)
     click.echo(f"Built {out}: " + ", ".join(f"{k} {v} runs" for k, v in counts.items()) + ".")
 
 
 @kb.command(context_settings=CONTEXT)
-@db_option
+@write_db_option
 @domain_errors
 def migrate(db):
     """Upgrade a KB written by an older advisor to the current schema.
@@ -173,11 +184,65 @@ def migrate(db):
     """
     from advisor.store import open_kb, release
 
-    path = kbmod.resolve_db_path(db)
+    path = kbmod.resolve_write_path(db) if db or kbmod.user_kb_path().exists() else None
+    if path is None:
+        raise click.ClickException(
+            f"no knowledge base to migrate: pass --db (your KB would be {kbmod.user_kb_path()})."
+        )
     if not path.exists():
         raise click.ClickException(f"no knowledge base at {path}.")
     release(open_kb(path))
     click.echo(f"{path} is at the current schema.")
+
+
+@kb.command(context_settings=CONTEXT)
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@write_db_option
+@domain_errors
+def merge(files, db):
+    """Unite other KBs (a colleague's, another machine's) into yours, by run identity, in one transaction.
+
+    Runs your KB lacks are added with their provenance; runs it holds are skipped; a run that differs
+    (another status or other figures under the same identity) is reported as a conflict and left as it
+    is. Merging the same files again changes nothing.
+
+    \b
+    Examples:
+        advisor kb merge colleague.sqlite
+        advisor kb merge node-1.sqlite node-2.sqlite --db cluster.sqlite
+    """
+    from advisor.build import merge_kbs
+
+    path = kbmod.resolve_write_path(db)
+    if any(f.resolve() == path.resolve() for f in files if path.exists()):
+        raise click.BadParameter(f"{path} is the KB merged into: name other KBs.", param_hint="FILES")
+    merged = merge_kbs(path, list(files))
+    for conflict in merged.conflicts:
+        click.echo(f"conflict: {conflict}", err=True)
+    click.echo(
+        f"Merged {len(files)} KB{'s' if len(files) > 1 else ''} into {path}: {merged.added} runs added, "
+        f"{merged.skipped} already there, {len(merged.conflicts)} conflicts."
+    )
+
+
+@kb.command(context_settings=CONTEXT)
+@json_option
+def path(as_json):
+    """Where advisor reads and writes: the shipped KB, your KB, and $ADVISOR_DB when set.
+
+    \b
+    Examples:
+        advisor kb path
+        sqlite3 "$(advisor kb path --json | jq -r .user_kb)"
+    """
+    places = kbmod.places()
+    if as_json:
+        echo_json(places)
+        return
+    for name, value in places.items():
+        click.echo(f"{name}: {value}")
 
 
 COMMANDS = [kb]

@@ -13,20 +13,20 @@ from advisor.cli.params import (
     CONTEXT,
     FiniteFloat,
     console,
-    db_option,
     domain_errors,
     echo_json,
     json_option,
     names_option,
     require_measure_side,
+    write_db_option,
 )
-from advisor.rules import load_rules
+from advisor.rules import load_rules, rules_dir
 
 
 def preset_option(default: str):
     return click.option(
         "--preset",
-        type=click.Choice(load_rules().presets),
+        type=click.Choice(load_rules(str(rules_dir())).presets),  # the shipped rules: read at import
         default=default,
         show_default=True,
         help="Model sizes: tiny (seconds), small (the CPU reference grid), paper (the paper's real sizes).",
@@ -113,7 +113,7 @@ def preset_option(default: str):
     type=click.IntRange(min=0),
     help="Seed of the shuffled cell order (default: a fresh one, printed and recorded with every run).",
 )
-@db_option
+@write_db_option
 @json_option
 @domain_errors
 def measure(
@@ -171,7 +171,7 @@ def measure(
     from measure.config import RunConfig
     from measure.grid import run_grid
     from measure.hardware import resolve_device
-    from measure.progress import RichReporter, summary_table
+    from measure.progress import reporter_for, summary_table
     from measure.runner import PlanError, plan_grid
     from measure.tuning import tuned_table
 
@@ -195,10 +195,10 @@ def measure(
         configs = plan_grid(models, optimizers, strategies, seeds, base, rules)
     except PlanError as e:
         raise click.BadParameter(str(e), param_hint=f"'{e.param}'") from e
-    path = kbmod.resolve_db_path(db)
+    path = kbmod.resolve_write_path(db)
     tuned = []
     try:
-        with RichReporter(Console(stderr=True)) as reporter:
+        with reporter_for(Console(stderr=True)) as reporter:
             if tune_lr:
                 from measure.tuning import tune
 
@@ -245,7 +245,7 @@ def measure(
     help="vit, modernbert, llama, nanovlm (repeatable). Default: all four.",
 )
 @preset_option("tiny")
-@db_option
+@write_db_option
 @json_option
 @domain_errors
 def validate(models, preset, db, as_json):
@@ -275,7 +275,7 @@ def validate(models, preset, db, as_json):
     from measure.hardware import describe, resolve_device
     from measure.validate import run_checks
 
-    path = kbmod.resolve_db_path(db)
+    path = kbmod.resolve_write_path(db)
     store.release(store.open_kb(path))  # fail on an unusable KB before minutes of checks
     checks = run_checks(list(models) or reference, preset)
     machine = describe(resolve_device("cpu"))

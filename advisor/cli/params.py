@@ -52,13 +52,21 @@ def os_error(e: OSError) -> str:
     return f"cannot use{where}: {e.strerror or e}."
 
 
+def checked_rules():
+    """The rules, for parsing options: a broken rules file (the user's, most likely) is a sentence, exit 1."""
+    try:
+        return load_rules()
+    except RulesError as e:
+        raise click.ClickException(str(e)) from e
+
+
 class FamilyType(click.ParamType):
     """An architecture family by name or alias (rules/families.toml); lists the choices when unknown."""
 
     name = "family"
 
     def convert(self, value, param, ctx):
-        rules = load_rules()
+        rules = checked_rules()
         try:
             return rules.family(value).name
         except KeyError:
@@ -71,7 +79,7 @@ class MetricType(click.ParamType):
     name = "metric"
 
     def convert(self, value, param, ctx):
-        metrics = load_rules().metrics
+        metrics = checked_rules().metrics
         if value.lower() not in metrics:
             self.fail(f"unknown metric {value!r}. Choose from: {', '.join(metrics)}.", param, ctx)
         return value.lower()
@@ -84,7 +92,7 @@ class NameType(click.ParamType):
         self.name = kind
 
     def convert(self, value, param, ctx):
-        rules = load_rules()
+        rules = checked_rules()
         known = rules.optimizers if self.name == "optimizer" else rules.strategies
         if value not in known:
             self.fail(f"unknown {self.name} {value!r}. Choose from: {', '.join(known)}.", param, ctx)
@@ -112,10 +120,21 @@ def names_option(flag: str, dest: str, kind: str, help: str):
 
 
 def db_option(fn):
+    """--db of a command that reads: one KB instead of the shipped KB read together with the user's."""
     return click.option(
         "--db",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Knowledge base file (default: $ADVISOR_DB, then the shipped kb/results.sqlite).",
+        help="Knowledge base file to read alone (default: $ADVISOR_DB, else the shipped KB together with "
+        "your own: `advisor kb path`).",
+    )(fn)
+
+
+def write_db_option(fn):
+    """--db of a command that writes: never the shipped KB by default."""
+    return click.option(
+        "--db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Knowledge base file to write (default: $ADVISOR_DB, else your own KB: `advisor kb path`).",
     )(fn)
 
 

@@ -17,7 +17,10 @@ from advisor.store import open_kb
             ["recommend", "--arch", "vit", "--optimize", "speed"],
             "Choose from: loss, time, memory, utilization",
         ),
-        (["recommend", "--arch", "vit", "--source", "arxiv"], "Choose from: measured, measured:tuning, paper"),
+        (
+            ["recommend", "--arch", "vit", "--source", "arxiv"],
+            "Choose from: measured, measured:tuning, paper",
+        ),
         (["recommend", "--arch", "vit", "--optimizer", "lion"], "unknown optimizer 'lion'"),
         (["recommend", "--arch", "vit", "--strategy", "offload"], "unknown strategy 'offload'"),
         (["recommend"], "exactly one of --arch"),

@@ -1,0 +1,1 @@
+"""Evidence from training people run themselves: `advisor.integrations.transformers.AdvisorCallback`."""

@@ -1,0 +1,290 @@
+"""A Hugging Face `Trainer` run recorded as evidence: three lines in the user's script.
+
+    from advisor.integrations.transformers import AdvisorCallback
+    trainer = Trainer(model=model, args=args, train_dataset=train, callbacks=[AdvisorCallback()])
+    trainer.train()
+
+The run is written to the user's KB (or `AdvisorCallback(db=PATH)`), under source `trainer`, with what
+`advisor recommend --source trainer` ranks: the model (config, parameter count, family), the optimizer
+(`args.optim`, or the optimizer passed to the Trainer), the strategy (`gradient_checkpointing`,
+`gradient_accumulation_steps`), dtype, batch and sequence length; the training loss of every log, the eval
+loss, step time and throughput; peak CUDA memory and peak RSS. It is claimed `running` when training
+begins, with a lease its heartbeat renews: a run that never reaches `on_train_end` (an exception, a kill)
+becomes `crashed` (`oom` for an out-of-memory error), never lost.
+
+Imports transformers (the user's script already has): the answer side never imports this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+SOURCE = "trainer"
+# transformers' `optim` names -> the optimizer names of rules/families.toml (others are kept as given)
+OPTIMIZERS = {
+    "adamw_torch": "adamw",
+    "adamw_torch_fused": "adamw",
+    "adamw_hf": "adamw",
+    "adamw": "adamw",
+    "adam": "adam",
+    "sgd": "sgd",
+    "adagrad": "adagrad",
+    "adafactor": "adafactor",
+}
+TORCH_OPTIMIZERS = {
+    "AdamW": "adamw",
+    "Adam": "adam",
+    "SGD": "sgd",
+    "Adagrad": "adagrad",
+    "Adadelta": "adadelta",
+}
+
+
+class AdvisorCallback(TrainerCallback):
+    """Records the Trainer run it is attached to into a KB (default: the user's; `db`: another)."""
+
+    def __init__(self, db: str | os.PathLike | None = None, model_name: str | None = None):
+        from advisor.kb import resolve_write_path
+
+        self.path = Path(resolve_write_path(db))
+        self.model_name = model_name
+        self.run_id: int | None = None
+        self.losses: list[float] = []
+        self.eval_loss: float | None = None
+        self.epoch_losses: list[float] = []
+        self.epoch_started = self.started = 0.0
+        self.epoch = 0
+        self.heartbeat = None
+        self.failure: BaseException | None = None
+        self.samples_per_s: float | None = None
+
+    # --- Trainer events ------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        from advisor import store
+        from measure.hardware import pid_alive
+
+        run = describe_run(args, model, optimizer, kwargs.get("train_dataloader"), self.model_name)
+        with store.writing(self.path) as conn:
+            store.mark_crashed(conn, pid_alive)
+            self.run_id = store.insert_run(
+                conn,
+                {
+                    **run,
+                    "status": "running",
+                    "started_at": store.now(),
+                    "lease_until": store._in(store.LEASE_S),
+                    "owner": f"{socket.gethostname()}:{os.getpid()}",
+                },
+            )
+        self.heartbeat = store.Heartbeat(self.path).__enter__()
+        self.heartbeat.hold(self.run_id)
+        self._watch_for_an_unfinished_end()
+        self.started = self.epoch_started = time.perf_counter()
+        _reset_cuda_peak()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+            self.epoch_losses.append(float(logs["loss"]))
+        if "eval_loss" in logs:
+            self.eval_loss = float(logs["eval_loss"])
+        if "train_samples_per_second" in logs:  # the Trainer's last log
+            self.samples_per_s = float(logs["train_samples_per_second"])
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics and "eval_loss" in metrics:
+            self.eval_loss = float(metrics["eval_loss"])
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        from advisor import store
+
+        now = time.perf_counter()
+        row = {
+            "epoch": self.epoch,
+            "steps": state.global_step,
+            "loss": statistics.fmean(self.epoch_losses) if self.epoch_losses else None,
+            "wall_s": now - self.epoch_started,
+            "eval_loss": self.eval_loss,
+            "peak_rss_gb": _peak_rss_gb(),
+            "peak_gpu_allocated_gb": _cuda_peak_gb(),
+        }
+        if self.run_id is not None:
+            with store.writing(self.path) as conn:
+                store.add_epoch(conn, self.run_id, row)
+        self.epoch, self.epoch_started, self.epoch_losses = self.epoch + 1, now, []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._finish("ok", None, state)
+
+    # --- ending ----------------------------------------------------------------------------------------
+
+    def _finish(self, status: str, error: str | None, state=None) -> None:
+        from advisor import store
+
+        if self.run_id is None:
+            return
+        run_id, self.run_id = self.run_id, None
+        wall = time.perf_counter() - self.started
+        metrics = figures(self.losses, self.eval_loss, wall, state)
+        if self.samples_per_s is not None:
+            metrics.append(
+                ("samples_per_s", self.samples_per_s, "training samples per second (the Trainer's)")
+            )
+        with store.writing(self.path) as conn:
+            store.finish_run(conn, run_id, status, error, metrics)
+        if self.heartbeat is not None:
+            self.heartbeat.let_go(run_id)
+            self.heartbeat.__exit__(None, None, None)
+            self.heartbeat = None
+
+    def _watch_for_an_unfinished_end(self) -> None:
+        """An exception out of trainer.train() ends the run crashed (oom for out of memory) at the latest
+        when the interpreter exits; a kill leaves it to the lease (the next writer marks it crashed)."""
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            self.failure = value
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
+        atexit.register(self._end_unfinished)
+
+    def _end_unfinished(self) -> None:
+        if self.run_id is None:
+            return
+        e = self.failure
+        oom = e is not None and ("out of memory" in str(e).lower() or isinstance(e, MemoryError))
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}" if e else None
+        self._finish(
+            "oom" if oom else "crashed",
+            why or "the training ended before the Trainer's on_train_end (interrupted or raised)",
+        )
+
+
+def describe_run(args, model, optimizer, dataloader, model_name: str | None) -> dict:
+    """The run's provenance and configuration, from the Trainer's arguments and objects."""
+    from advisor.rules import load_rules
+    from measure.hardware import describe
+
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    fam = load_rules().family_of_model_type(model_type) if model_type else None
+    device = "cuda" if _cuda_in_use(model) else "cpu"
+    strategy = strategy_of(args)
+    seq_len = _sequence_length(dataloader)
+    settings = {
+        "optimizer": optimizer_of(args, optimizer),
+        "strategy": strategy,
+        "lr": args.learning_rate,
+        "batch_size": args.per_device_train_batch_size,
+        "accumulation_steps": args.gradient_accumulation_steps,
+        "dtype": "bf16-mixed" if args.bf16 else "fp16-mixed" if args.fp16 else "fp32",
+        "seq_len": seq_len,
+        "epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "seed": args.seed,
+        "model_config": config.to_dict() if config is not None else None,
+    }
+    n_params = sum(p.numel() for p in model.parameters()) if model is not None else None
+    return {
+        **describe(device),
+        "source": SOURCE,
+        "model": model_name or getattr(config, "_name_or_path", None) or model_type or "custom",
+        "family": fam.name if fam else "unknown",
+        "optimizer": settings["optimizer"],
+        "strategy": strategy,
+        "preset": "custom",
+        "protocol": "paper",  # the user's own protocol: training loss as logged, their rate
+        "seed": args.seed,
+        "n_params": n_params,
+        "pretrained": int(bool(getattr(config, "_name_or_path", ""))),
+        "config": settings,
+        "owner": None,
+    }
+
+
+def optimizer_of(args, optimizer) -> str:
+    """The optimizer's name in the rules' terms: the optimizer the Trainer built or was given (accelerate
+    wraps it), else `args.optim`."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the real one
+    if inner is not None:
+        return TORCH_OPTIMIZERS.get(type(inner).__name__, type(inner).__name__.lower())
+    optim = str(getattr(args.optim, "value", args.optim))
+    return OPTIMIZERS.get(optim, optim)
+
+
+def strategy_of(args) -> str:
+    parts = ["checkpointing"] if args.gradient_checkpointing else []
+    parts += ["accumulation"] if args.gradient_accumulation_steps > 1 else []
+    return "+".join(parts) or "standard"
+
+
+def figures(losses: list[float], eval_loss: float | None, wall: float, state) -> list[tuple[str, float, str]]:
+    """Run-level figures under the measures of rules/metrics.toml."""
+    out = []
+    if losses:
+        out += [
+            ("loss", statistics.fmean(losses), "nats/target, training, mean of the logged losses"),
+            ("loss_final", losses[-1], "nats/target, training, last log"),
+        ]
+    if eval_loss is not None:
+        out.append(("eval_loss", eval_loss, "nats/target, the Trainer's eval set, last evaluation"))
+    out.append(("total_time", wall, "s, on_train_begin to on_train_end"))
+    steps = getattr(state, "global_step", 0) if state is not None else 0
+    if steps:
+        out.append(("step_time", wall / steps, "s per optimizer step"))
+    epochs = getattr(state, "epoch", None) if state is not None else None
+    if epochs:
+        out.append(("epoch_time", wall / epochs, "s per epoch (total over epochs run)"))
+    if (peak := _cuda_peak_gb()) is not None:
+        out.append(("gpu_mem_peak_gb", peak, "GB, torch.cuda.max_memory_allocated"))
+    out.append(("peak_rss_gb", _peak_rss_gb(), "GB, the process's peak resident set"))
+    return out
+
+
+def _sequence_length(dataloader) -> int | None:
+    """The first batch's sequence length (input_ids' second dimension), where the batches have one."""
+    if dataloader is None:
+        return None
+    try:
+        batch = next(iter(dataloader))
+    except Exception:  # a dataloader that cannot be peeked at: the length stays unknown
+        return None
+    ids = batch.get("input_ids") if hasattr(batch, "get") else None
+    return int(ids.shape[1]) if ids is not None and ids.ndim == 2 else None
+
+
+def _cuda_in_use(model) -> bool:
+    try:
+        return next(model.parameters()).device.type == "cuda"
+    except (AttributeError, StopIteration):
+        return False
+
+
+def _reset_cuda_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _cuda_peak_gb() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+
+
+def _peak_rss_gb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux reports KiB

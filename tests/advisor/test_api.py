@@ -1,0 +1,55 @@
+"""The Python API, called as users call it: the same answers as the CLI, errors as exceptions that say
+what to do, and `import advisor` as cheap as ever."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import advisor
+from advisor.rules import load_rules
+
+
+def test_recommend_gives_the_clis_answer(invoke):
+    answer = advisor.recommend(arch="encoder", optimize="memory")
+    cli = json.loads(invoke("recommend", "--arch", "encoder", "--optimize", "memory", "--json").output)
+    assert json.loads(json.dumps(answer.as_dict(load_rules()))) == cli
+    assert (answer.recommendation.optimizer, answer.recommendation.strategy) == ("adam", "standard")
+    by_model = advisor.recommend(model="vit", optimize="time", exclude_optimizers=("adam",))
+    assert by_model.recommendation.optimizer != "adam"
+
+
+def test_bad_arguments_are_value_errors_with_the_choices():
+    with pytest.raises(ValueError, match="exactly one of arch= or model="):
+        advisor.recommend()
+    with pytest.raises(ValueError, match="unknown metric 'speed'. Choose from: loss"):
+        advisor.recommend(arch="vit", optimize="speed")
+    with pytest.raises(ValueError, match="unknown architecture 'rnn'"):
+        advisor.recommend(arch="rnn")
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        advisor.recommend(arch="vit", optimizers=("lion",))
+    with pytest.raises(advisor.NoEvidence):
+        advisor.recommend(arch="vit", source="no-such-source")
+
+
+def test_open_kb_is_read_only(kb_path):
+    conn = advisor.open_kb(kb_path)
+    assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
+    with pytest.raises(Exception, match="readonly|read-only"):
+        conn.execute("DELETE FROM runs")
+    with pytest.raises(advisor.KBError, match="not a knowledge base|empty"):
+        (kb_path.parent / "empty.sqlite").write_bytes(b"")
+        advisor.open_kb(kb_path.parent / "empty.sqlite")
+
+
+def test_fit_answers_for_a_reference_model():
+    fitted = advisor.fit("vit", gpu="A100-80GB", optimizers=("adam",), strategies=("standard",))
+    (row,) = fitted.rows
+    assert row.optimizer == "adam" and row.fits and row.memory_gb["total"] > 0
+
+
+def test_import_advisor_stays_cheap():
+    code = "import sys, advisor; print(sorted(m for m in sys.modules if m.startswith('advisor')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['advisor']"

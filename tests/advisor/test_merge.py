@@ -1,0 +1,84 @@
+"""`advisor kb merge`: KBs united by run identity, idempotently, provenance kept, conflicts reported."""
+
+import json
+import sqlite3
+
+from advisor.store import open_kb, write_runs
+
+
+def run(uid, hardware, status="ok", loss=1.0):
+    return dict(
+        uid=uid,
+        source="measured",
+        model="llama",
+        family="decoder",
+        optimizer="adam",
+        strategy="standard",
+        preset="tiny",
+        seed=int(uid[-1]),
+        hardware=hardware,
+        device="cpu",
+        status=status,
+        config={},
+        software={},
+        started_at="2026-11-30",
+        metrics=[dict(name="eval_loss", value=loss, unit="nats/target")],
+    )
+
+
+def kb_with(path, runs):
+    db = open_kb(path)
+    write_runs(db, runs)
+    db.close()
+    return path
+
+
+def dump(path):
+    conn = sqlite3.connect(path)
+    try:
+        return sorted(conn.execute("SELECT uid, hardware, status FROM runs").fetchall()), sorted(
+            conn.execute("SELECT r.uid, m.name, m.value FROM metrics m JOIN runs r ON r.id = m.run_id")
+        )
+    finally:
+        conn.close()
+
+
+def test_merging_twice_is_merging_once(invoke, tmp_path):
+    a = kb_with(tmp_path / "a.sqlite", [run(f"a{i}", "CPU: laptop") for i in range(3)])
+    b = kb_with(
+        tmp_path / "b.sqlite", [run(f"b{i}", "GPU: H100") for i in range(2)] + [run("a0", "CPU: laptop")]
+    )
+    target = tmp_path / "mine.sqlite"
+    first = invoke("kb", "merge", a, b, "--db", target)
+    assert first.exit_code == 0, first.output
+    assert "5 runs added, 1 already there, 0 conflicts" in first.output  # a0 is in both: added once
+    once = dump(target)
+    again = invoke("kb", "merge", a, b, "--db", target)
+    assert "0 runs added, 6 already there, 0 conflicts" in again.output
+    assert dump(target) == once
+    assert {h for _, h, _ in once[0]} == {"CPU: laptop", "GPU: H100"}  # provenance kept
+    out = json.loads(invoke("kb", "stats", "--db", target, "--json").output)
+    assert out["runs"] == 5
+
+
+def test_a_conflict_is_reported_and_nothing_is_overwritten(invoke, tmp_path):
+    target = kb_with(tmp_path / "mine.sqlite", [run("x1", "CPU: laptop", loss=1.0)])
+    other = kb_with(tmp_path / "other.sqlite", [run("x1", "CPU: laptop", loss=2.0), run("x2", "CPU: laptop")])
+    before = dump(target)
+    result = invoke("kb", "merge", other, "--db", target)
+    assert result.exit_code == 0 and "1 runs added, 0 already there, 1 conflicts" in result.output
+    assert "conflict: run x1" in result.output and "differs from the one here: kept" in result.output
+    after = dump(target)
+    assert [r for r in after[1] if r[0] == "x1"] == [r for r in before[1] if r[0] == "x1"]
+
+
+def test_merge_bad_input(invoke, tmp_path):
+    assert invoke("kb", "merge").exit_code == 2  # no file
+    assert invoke("kb", "merge", tmp_path / "missing.sqlite").exit_code == 2
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database")
+    result = invoke("kb", "merge", junk, "--db", tmp_path / "t.sqlite")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    target = kb_with(tmp_path / "self.sqlite", [run("s1", "CPU")])
+    same = invoke("kb", "merge", target, "--db", target)
+    assert same.exit_code == 2 and "is the KB merged into" in same.output

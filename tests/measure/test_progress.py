@@ -1,0 +1,85 @@
+"""Progress where there is no terminal: `advisor measure 2>log` writes a line per epoch and per cell, each
+with the grid's ETA, instead of nothing until the end."""
+
+import io
+import subprocess
+import sys
+from dataclasses import replace
+
+from rich.console import Console
+
+from measure.config import RunConfig
+from measure.progress import ForwardingReporter, PlainReporter, RichReporter, replay, reporter_for
+from measure.runner import CellResult
+
+CFG = RunConfig(model="llama", preset="tiny", optimizer="adam", epochs=2)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_plain_lines_for_epochs_and_cells_with_the_grids_eta():
+    lines, clock = [], Clock()
+    plain = PlainReporter(lines.append, clock)
+    plain.grid_start(3)
+    plain.cell_start(CFG, 8)
+    clock.now += 2
+    plain.epoch({"epoch": 0, "loss": 2.5, "eval_loss": 2.61, "wall_s": 1.9})
+    clock.now += 2
+    plain.cell_end(CellResult(CFG, "ok", run_id=1, loss=2.31))
+    plain.cell_start(replace(CFG, optimizer="sgd"), 8)
+    clock.now += 1
+    plain.cell_end(CellResult(replace(CFG, optimizer="sgd"), "diverged", run_id=2, error="loss became nan"))
+    assert lines[0] == "advisor measure: 3 cells"
+    assert lines[1] == (f"[1/3] {CFG.label} · epoch 1/2 · loss 2.5 · held-out 2.61 · 1.9 s · ETA ?")
+    assert lines[2] == f"[1/3] {CFG.label} · ok · loss 2.31 · 4.0 s · ETA 8 s"  # 4 s a cell, 2 to go
+    sgd = replace(CFG, optimizer="sgd").label
+    assert lines[3] == f"[2/3] {sgd} · diverged · 1.0 s · loss became nan · ETA 2 s"
+
+
+def test_epochs_reach_the_grids_reporter_from_a_cells_process():
+    sent, lines = [], []
+    forwarding = ForwardingReporter(sent.append)
+    forwarding.cell_start(CFG, 8)
+    forwarding.step(2.9)
+    forwarding.epoch({"epoch": 0, "loss": 2.5, "eval_loss": None, "wall_s": 1.0, "tokens": 999})
+    plain = PlainReporter(lines.append, Clock())
+    plain.grid_start(1)
+    for message in sent:
+        replay(message, plain)
+    assert lines[-1] == f"[1/1] {CFG.label} · epoch 1/2 · loss 2.5 · 1.0 s · ETA ?"
+
+
+def test_a_terminal_gets_bars_and_a_file_gets_lines():
+    assert isinstance(reporter_for(Console(file=io.StringIO(), force_terminal=True)), RichReporter)
+    assert isinstance(reporter_for(Console(file=io.StringIO())), PlainReporter)
+
+
+def test_measure_with_stderr_redirected_writes_a_line_per_epoch(tmp_path):
+    log = tmp_path / "log"
+    args = ["--model", "llama", "--preset", "tiny", "--optimizer", "adam", "--optimizer", "adamw"]
+    args += [
+        "--strategy",
+        "standard",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "2",
+        "--db",
+        tmp_path / "m.sqlite",
+    ]
+    with open(log, "w") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "advisor", "measure", *map(str, args)], stderr=err, stdout=subprocess.PIPE
+        )
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert text.splitlines()[0] == "advisor measure: 2 cells"
+    assert sum(" · epoch " in line for line in text.splitlines()) == 4  # 2 cells x 2 epochs
+    assert sum(" · ok · " in line for line in text.splitlines()) == 2
+    assert "\x1b[" not in text  # no terminal codes in a log

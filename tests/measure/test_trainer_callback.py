@@ -1,0 +1,144 @@
+"""AdvisorCallback: a real transformers Trainer run (tiny models of two families, CPU, no mock) recorded as
+evidence, and answered from with `recommend --source trainer`; a run that raises is crashed, not lost."""
+
+import json
+import sqlite3
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
+from measure.models import build_model  # noqa: E402
+
+
+class Texts(torch.utils.data.Dataset):
+    """Causal LM examples of 16 tokens: a repeated pattern a tiny Llama learns in a few steps."""
+
+    def __init__(self, n=32, vocab=64):
+        g = torch.Generator().manual_seed(0)
+        self.rows = [torch.randint(3, vocab, (4,), generator=g).repeat(4) for _ in range(n)]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.rows[i], "labels": self.rows[i]}
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, n=32, size=32):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, size, size, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"pixel_values": self.x[i], "labels": self.y[i]}
+
+
+def train(model, data, db, tmp_path, **args):
+    targs = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_train_epochs=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        **args,
+    )
+    trainer = transformers.Trainer(
+        model=model, args=targs, train_dataset=data, eval_dataset=data, callbacks=[AdvisorCallback(db=db)]
+    )
+    trainer.train()
+    trainer.evaluate()
+    return trainer
+
+
+def runs(db):
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
+    db = tmp_path / "mine.sqlite"
+    llama = build_model("llama", "tiny").model
+    train(llama, Texts(), db, tmp_path, optim="adamw_torch")
+    train(build_model("llama", "tiny").model, Texts(), db, tmp_path, optim="sgd", learning_rate=0.1)
+    vit = build_model("vit", "tiny")
+    size = vit.model.config.image_size
+    train(vit.model, Images(size=size), db, tmp_path, gradient_accumulation_steps=2)
+    stored = runs(db)
+    assert [(r["family"], r["optimizer"], r["strategy"], r["status"]) for r in stored] == [
+        ("decoder", "adamw", "standard", "ok"),
+        ("decoder", "sgd", "standard", "ok"),
+        ("vision", "adamw", "accumulation", "ok"),
+    ]
+    first = stored[0]
+    config = json.loads(first["config"])
+    assert first["source"] == "trainer" and first["n_params"] > 0 and first["hardware"].startswith("CPU")
+    assert config["seq_len"] == 16 and config["batch_size"] == 8 and config["dtype"] == "fp32"
+    conn = sqlite3.connect(db)
+    figures = dict(conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [first["id"]]).fetchall())
+    epochs = conn.execute("SELECT count(*) FROM epochs WHERE run_id = ?", [first["id"]]).fetchone()[0]
+    conn.close()
+    assert {"loss", "loss_final", "total_time", "peak_rss_gb", "samples_per_s", "epoch_time"} <= set(figures)
+    assert epochs == 2 and figures["peak_rss_gb"] > 0
+    out = json.loads(
+        invoke(
+            "recommend",
+            "--arch",
+            "decoder",
+            "--source",
+            "trainer",
+            "--optimize",
+            "loss",
+            "--db",
+            db,
+            "--json",
+        ).output
+    )
+    assert out["evidence"]["source"] == "trainer"
+    assert {out["recommendation"]["optimizer"], *(a["optimizer"] for a in out["alternatives"])} == {
+        "adamw",
+        "sgd",
+    }
+
+
+def test_a_run_that_raises_is_recorded_crashed(tmp_path):
+    db = tmp_path / "mine.sqlite"
+    callback = AdvisorCallback(db=db)
+
+    class Boom(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    targs = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        max_steps=3,
+    )
+    trainer = transformers.Trainer(
+        model=build_model("llama", "tiny").model,
+        args=targs,
+        train_dataset=Texts(),
+        callbacks=[callback, Boom()],
+    )
+    with pytest.raises(RuntimeError):
+        trainer.train()
+    assert runs(db)[0]["status"] == "running"  # until the interpreter exits (atexit) or a lease expires
+    callback.failure = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    callback._end_unfinished()
+    (run,) = runs(db)
+    assert run["status"] == "oom" and "out of memory" in run["error"]
