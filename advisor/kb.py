@@ -57,7 +57,7 @@ def places() -> dict[str, str | bool | None]:
     return {
         "shipped_kb": str(shipped_kb_path()),
         "user_kb": str(user_kb_path()),
-        "user_kb_exists": user_kb_path().exists(),
+        "user_kb_exists": _exists(user_kb_path()),
         "ADVISOR_DB": env,
         "writes_to": str(Path(env) if env else user_kb_path()),
         "reads": env or f"{shipped_kb_path()} + {user_kb_path()}",
@@ -478,9 +478,17 @@ def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
     if db or os.environ.get("ADVISOR_DB"):
         return connect_readonly(resolve_db_path(db))
     conn = connect_readonly(shipped_kb_path())
-    if user_kb_path().exists():
+    if _exists(user_kb_path()):
         read_together(conn, user_kb_path())
     return conn
+
+
+def _exists(path: Path) -> bool:
+    """Whether a file is there (a folder we may not look into, e.g. another user's, counts as absent)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 # The user's KB read beside the shipped one: its row ids are shifted by this much, so that no id of one

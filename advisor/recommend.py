@@ -172,6 +172,9 @@ def recommend(
     return answer
 
 
+COMPARED_GROUPS = 5  # other evidence groups an answer ranks to show where they disagree
+
+
 def disagreements(
     conn: sqlite3.Connection,
     rules: Rules,
@@ -181,10 +184,11 @@ def disagreements(
     answer: Answer,
 ) -> list[dict]:
     """The other evidence groups whose pick for the same question differs from the answer's: shown side by
-    side, never mixed in (their numbers are of other hardware, scale or source)."""
+    side, never mixed in (their numbers are of other hardware, scale or source). Only the best-ranked
+    COMPARED_GROUPS are asked: an answer stays fast beside a KB of many groups."""
     mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
     out = []
-    for group in others:
+    for group in others[:COMPARED_GROUPS]:
         theirs = rank_group(GroupEvidence(conn, group, rules), metric, replace(c, fit=None)).recommendation
         if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
             out.append(

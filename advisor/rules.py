@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -115,7 +116,15 @@ def load_rules(directory: str | None = None) -> Rules:
     directory where it exists (not when a directory is named)."""
     base = Path(directory) if directory else rules_dir()
     extra = None if directory else user_rules_dir()
-    return _load_rules(str(base), str(extra) if extra is not None and extra.is_dir() else None)
+    return _load_rules(str(base), str(extra) if extra is not None and _readable_dir(extra) else None)
+
+
+def _readable_dir(path: Path) -> bool:
+    """A folder we may read (a user data folder we cannot even look into counts as absent)."""
+    try:
+        return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
+    except OSError:
+        return False
 
 
 RULE_FILES = ("metrics", "families", "flowchart", "caveats", "hardware", "fit", "protocol")
