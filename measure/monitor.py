@@ -60,8 +60,13 @@ def cores_used() -> int:
 def process_rss_gb() -> float:
     """This process's resident memory now, children included, GB."""
     proc = psutil.Process(os.getpid())
+    return _rss_gb(proc, proc.children(recursive=True))
+
+
+def _rss_gb(proc: psutil.Process, children: list[psutil.Process]) -> float:
+    """Resident memory of a process and the given children (those that ended meanwhile count nothing), GB."""
     rss = proc.memory_info().rss
-    for child in proc.children(recursive=True):
+    for child in children:
         try:
             rss += child.memory_info().rss
         except psutil.NoSuchProcess:
@@ -144,16 +149,10 @@ class Monitor:
     CHILDREN_EVERY = 20  # samples between scans for child processes: a scan walks /proc (~1 ms)
 
     def rss_gb(self) -> float:
-        rss = self._proc.memory_info().rss
         self._count = getattr(self, "_count", 0) + 1
         if self._count % self.CHILDREN_EVERY == 1:
             self._children = self._proc.children(recursive=True)
-        for child in self._children:
-            try:
-                rss += child.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
-        return rss / 1e9
+        return _rss_gb(self._proc, self._children)
 
     def sample(self) -> Sample:
         s = Sample(t=time.perf_counter(), rss_gb=self.rss_gb(), **self._nvml.read())

@@ -117,7 +117,6 @@ def plan_grid(
     ModelNotResolved for a model whose family cannot be found offline."""
     from advisor.model_ref import resolve_model
     from advisor.rules import load_rules
-    from measure.strategies import window_size
 
     rules, base = rules or load_rules(), base or RunConfig()
     optimizers, strategies = list(optimizers), list(strategies)
@@ -133,7 +132,7 @@ def plan_grid(
     )
     for cfg in configs:
         r = cfg.resolved()
-        if r.protocol == "paper" and r.steps_per_epoch % window_size(r.strategy, r.accumulation_steps):
+        if r.protocol == "paper" and r.steps_per_epoch % r.window:
             raise PlanError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
                 f"{r.accumulation_steps}: accumulation would drop micro-batches.",

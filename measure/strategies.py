@@ -22,11 +22,6 @@ def uses_checkpointing(strategy: str) -> bool:
     return strategy in ("checkpointing", "checkpointing+accumulation")
 
 
-def window_size(strategy: str, accumulation_steps: int) -> int:
-    """Micro-batches per optimizer step."""
-    return accumulation_steps if strategy in ("accumulation", "checkpointing+accumulation") else 1
-
-
 def prepare(model, strategy: str) -> None:
     """Switch transformers' activation checkpointing on for the checkpointing strategies."""
     if strategy not in STRATEGIES:

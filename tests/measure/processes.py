@@ -23,6 +23,16 @@ def advisor(*args, env=None, **kwargs):
     )
 
 
+def runs(db) -> list[dict]:
+    """Every run of a KB, as dicts, in insertion order."""
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY id")]
+    finally:
+        conn.close()
+
+
 def query(db, sql, *params):
     conn = sqlite3.connect(db)
     try:

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -26,7 +25,7 @@ from measure.hardware import pid_alive
 from measure.progress import ForwardingReporter, Reporter, replay
 from measure.runner import grid
 
-from .processes import advisor, in_group, query, wait_for, wait_until_ended
+from .processes import advisor, in_group, query, runs, wait_for, wait_until_ended
 
 TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
 FINISHED = ("ok", "untrained", "diverged")  # how a tiny cell may end when nothing went wrong around it
@@ -47,15 +46,6 @@ class Recording(Reporter):
 
     def cell_end(self, result):
         self.events.append(("cell_end", result.config.label, result.status))
-
-
-def runs(db):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY id")]
-    finally:
-        conn.close()
 
 
 def pid_of(owner: str) -> int:

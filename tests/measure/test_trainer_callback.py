@@ -13,6 +13,8 @@ pytest.importorskip("accelerate")
 from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
 from measure.models import build_model  # noqa: E402
 
+from .processes import runs  # noqa: E402
+
 
 class Texts(torch.utils.data.Dataset):
     """Causal LM examples of 16 tokens: a repeated pattern a tiny Llama learns in a few steps."""
@@ -58,15 +60,6 @@ def train(model, data, db, tmp_path, **args):
     trainer.train()
     trainer.evaluate()
     return trainer
-
-
-def runs(db):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY id")]
-    finally:
-        conn.close()
 
 
 def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
