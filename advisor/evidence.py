@@ -79,6 +79,7 @@ def select_group(
         return (
             g.model == model,
             g.own,  # the user's own measurements of the family, on their hardware, over anything shipped
+            g.own and g.data not in ("generated", ""),  # of those, on their own (real) data over generated
             prefs["preset_rank"].get(g.preset, 1),
             prefs["protocol_rank"].get(g.protocol, 0),
             prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from advisor.evidence import GroupEvidence, select_group
 from advisor.kb import Cell, Group
 from advisor.pareto import FrontierPoint, pareto_view
 from advisor.rules import Rules, load_rules
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A configuration that may not be ranked, with why, and its figures where it has them (to draw it greyed)."""
+
+    optimizer: str
+    strategy: str
+    reason: str
+    x: float | None
+    y: float | None
 
 
 @dataclass
@@ -20,6 +31,7 @@ class Frontier:
     measures: tuple[str | None, str | None]  # the stored measure each axis reads
     points: list[FrontierPoint]
     left_out: list[str]  # "<configuration>: <why it may not be ranked>"
+    excluded: list[LeftOut] = field(default_factory=list)  # the same, as points for pictures
 
     def as_dict(self, rules: Rules) -> dict:
         return {
@@ -46,7 +58,11 @@ def frontier(
     ev = GroupEvidence(conn, group, rules)
     left_out = sorted(f"{ev.cells[k].name}: {why}" for k, why in ev.unusable().items())
     points = frontier_points(ev, ev.usable(), x, y)
-    return Frontier(family, x, y, group, (ev.measure(x), ev.measure(y)), points, left_out)
+    excluded = [
+        LeftOut(*key, why, ev.value(ev.cells[key], x), ev.value(ev.cells[key], y))
+        for key, why in sorted(ev.unusable().items())
+    ]
+    return Frontier(family, x, y, group, (ev.measure(x), ev.measure(y)), points, left_out, excluded)
 
 
 def frontier_points(ev: GroupEvidence, cells: list[Cell], x: str, y: str) -> list[FrontierPoint]:

@@ -72,7 +72,7 @@ def source_kind(source: str) -> str:
 @dataclass(frozen=True)
 class Group:
     """One evidence group: runs that may be ranked against each other (same source, hardware, scale, model,
-    and protocol: how they were measured)."""
+    protocol: how they were measured, and data: what they trained on)."""
 
     source: str
     hardware: str
@@ -83,6 +83,7 @@ class Group:
     n_seeds: int
     n_params: int | None = None  # the evidence model's size, where the runs state it
     protocol: str = "paper"  # 'fair' (held-out loss, tuned rates) or 'paper' (training loss, fixed epochs)
+    data: str = ""  # 'generated', 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:…'; '' not stated
     id: int | None = field(default=None, compare=False)  # the KB's groups.id (local to one KB)
 
     @property
@@ -95,7 +96,10 @@ class Group:
         origin = "paper 2608.08961" if self.kind == "paper" else self.source
         protocol = ", fair protocol" if self.protocol == "fair" else ""
         yours = "your KB: " if self.own else ""
-        return f"{yours}{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, {seeds}"
+        return (
+            f"{yours}{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, "
+            f"{data_label(self.data)}, {seeds}"
+        )
 
     @property
     def own(self) -> bool:
@@ -110,6 +114,7 @@ class Group:
             "model": self.model,
             "family": self.family,
             "protocol": self.protocol,
+            "data": self.data,
             "runs": self.n_runs,
             "seeds": self.n_seeds,
             "parameters": self.n_params,
@@ -117,6 +122,13 @@ class Group:
             "yours": self.own,
             "id": self.id,
         }
+
+
+def data_label(data: str) -> str:
+    """The data of a group as an answer names it."""
+    if data == "generated":
+        return "generated data"
+    return f"data {data}" if data else "data not stated"
 
 
 @dataclass(frozen=True)
@@ -221,10 +233,10 @@ def evidence_groups(
     where = [w.replace("source", "g.source", 1) if w.startswith("source") else f"g.{w}" for w in where]
     sql = (
         "SELECT g.source, g.hardware, g.preset, g.model, g.family, sum(c.n), max(c.n), g.n_params, g.protocol, "
-        "g.id FROM groups g JOIN (SELECT grp, optimizer, strategy, sum(n) AS n FROM cell_status "
+        "g.data, g.id FROM groups g JOIN (SELECT grp, optimizer, strategy, sum(n) AS n FROM cell_status "
         "GROUP BY grp, optimizer, strategy) c ON c.grp = g.id "
         + ("WHERE " + " AND ".join(where) if where else "")
-        + " GROUP BY g.id ORDER BY g.family, g.source, g.hardware, g.preset, g.model, g.protocol"
+        + " GROUP BY g.id ORDER BY g.family, g.source, g.hardware, g.preset, g.model, g.protocol, g.data"
     )
     return [Group(*r) for r in conn.execute(sql, params)]
 
@@ -234,8 +246,8 @@ def _group_id(conn: sqlite3.Connection, group: Group) -> int | None:
         return group.id
     row = conn.execute(
         "SELECT id FROM groups WHERE source = ? AND hardware = ? AND preset = ? AND model = ? AND family = ? "
-        "AND protocol = ?",
-        [group.source, group.hardware, group.preset, group.model, group.family, group.protocol],
+        "AND protocol = ? AND data = ?",
+        [group.source, group.hardware, group.preset, group.model, group.family, group.protocol, group.data],
     ).fetchone()
     return row[0] if row else None
 

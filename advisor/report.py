@@ -278,7 +278,7 @@ def frontier_view(
         table.add_row(
             label, p.optimizer, strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
         )
-    plot = scatter(points, x_label=axis_label(xm), y_label=axis_label(ym))
+    plot = scatter(points, x_label=axis_label(xm), y_label=axis_label(ym), x_dir=xm.direction)
     flagged = [p for p in points if p.flag]
     if not flagged:
         return RGroup(table, plot)

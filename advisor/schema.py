@@ -274,6 +274,33 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- Python: every existing run gets its group and is summarised (advisor/summaries.py: rebuild)
         """,
     ),
+    (
+        "0009_run_data",
+        """
+        -- the data a run trained on (`advisor measure --data`): 'generated', a Hugging Face dataset at a
+        -- commit ('pranavmr/MM-IMDb@ad5b994'), a local file or folder by name and content hash
+        -- ('corpus.jsonl sha256:1a2b3c4d5e6f'). NULL where a file does not say: the summaries then fill it
+        -- from the source (the paper trained on MM-IMDb at the commit it cites) or from what the run's
+        -- config recorded, else '' (not stated). Runs on different data are never ranked together.
+        ALTER TABLE runs ADD COLUMN data TEXT;
+        -- evidence groups are keyed by their data too: the table rebuilt (SQLite cannot change a UNIQUE in
+        -- place), then every group assigned again
+        DROP TABLE groups;
+        CREATE TABLE groups (
+            id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL,
+            hardware TEXT NOT NULL,
+            preset TEXT NOT NULL,
+            model TEXT NOT NULL,
+            family TEXT NOT NULL,
+            protocol TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '',
+            n_params INTEGER,                  -- the largest a run of the group states
+            UNIQUE (source, hardware, preset, model, family, protocol, data)
+        );
+        -- Python: every run gets its data and its group again, and is summarised (advisor/summaries.py)
+        """,
+    ),
 ]
 
 # Identity fields of a run: what makes two rows the same run, in any KB.

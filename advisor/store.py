@@ -207,6 +207,7 @@ def _backfill_uids(conn: sqlite3.Connection) -> None:
 PYTHON_STEPS = {
     "0007_run_identity_and_lease": ("before index", _backfill_uids),
     "0008_protocols_and_summaries": ("after", summaries.rebuild),
+    "0009_run_data": ("after", summaries.rebuild),
 }
 
 

@@ -16,8 +16,18 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-GROUP_COLUMNS = ("source", "hardware", "preset", "model", "family", "protocol")
+GROUP_COLUMNS = ("source", "hardware", "preset", "model", "family", "protocol", "data")
 GROUP_KEY = frozenset(GROUP_COLUMNS)  # run columns that decide its group
+PAPER_DATA = "pranavmr/MM-IMDb@ad5b994"  # what the paper trained on: MM-IMDb at the commit it cites
+# The data of a run that does not say (written before migration 0009, or imported from such a file): the
+# paper's, or what a measured run's config recorded (`config.data.train`), else '' (not stated).
+_RECORDED = "coalesce(json_extract(config, '$.data.train'), json_extract(config, '$.data'))"  # dict or str
+DATA_OF_UNSTATED = f"""CASE
+    WHEN source LIKE 'paper:%' THEN '{PAPER_DATA}'
+    WHEN NOT json_valid(config) THEN ''
+    WHEN {_RECORDED} LIKE 'generated%' THEN 'generated'
+    WHEN {_RECORDED} LIKE 'pranavmr/MM-IMDb%' THEN 'pranavmr/MM-IMDb (unpinned)'
+    ELSE '' END"""
 SCALES = ("host_memory_gb", "accelerator_memory_gb")  # runs columns a measure may be scaled by (metrics.toml)
 TABLES = ("cell_status", "cell_stats", "seed_stats", "pair_stats")
 
@@ -36,6 +46,8 @@ def remove(conn: sqlite3.Connection, runs: Iterable[int] | str, params: Iterable
 
 def rebuild(conn: sqlite3.Connection) -> None:
     """Every summary recomputed from the runs (groups renumbered)."""
+    if "data" not in {r[1] for r in conn.execute("PRAGMA table_info(runs)")}:
+        return  # a KB migrating through 0008: migration 0009 adds the runs' data, then rebuilds
     conn.execute("UPDATE runs SET grp = NULL")
     for table in (*TABLES, "groups"):
         conn.execute(f"DELETE FROM {table}")
@@ -60,6 +72,9 @@ def _apply(conn: sqlite3.Connection, runs, params, sign: int) -> None:
 
 
 def _assign_groups(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"UPDATE runs SET data = {DATA_OF_UNSTATED} WHERE data IS NULL AND id IN (SELECT id FROM temp.touched)"
+    )
     cols = ", ".join(GROUP_COLUMNS)
     conn.execute(
         f"INSERT OR IGNORE INTO groups ({cols}) SELECT DISTINCT {', '.join('r.' + c for c in GROUP_COLUMNS)} "

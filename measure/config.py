@@ -36,6 +36,12 @@ PAPER = {  # arXiv 2608.08961, section 3: one learning rate per model, shared by
 }
 
 
+# Fields added with --data, at their defaults: what every run measured before them had.
+DATA_DEFAULTS = dict(
+    data="generated", data_path=None, data_id=None, data_note=None, seq_len=None, image_size=None
+)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model: str = "vit"  # vit | modernbert | llama | nanovlm | a Hugging Face id | a local folder
@@ -64,6 +70,19 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
+    # The data (--data), resolved once per `advisor measure` before the grid (measure/sources.py), so that no
+    # cell touches the network: generated (offline, deterministic) | mmimdb | a Hugging Face dataset id | a
+    # local file or folder
+    data: str = "generated"
+    data_path: str | None = None  # the local file or folder the cells read (hub data: its snapshot)
+    data_id: str | None = (
+        None  # what it is: 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:…'; None: generated
+    )
+    data_note: str | None = None  # what happened resolving it: a fallback to generated data, a cached copy
+    seq_len: int | None = (
+        None  # text tokens per sample (VLM: per caption); None: the preset's (paper 512, 128)
+    )
+    image_size: int | None = None  # pixels per side; None: the preset's (paper 224)
     divergence_factor: float = 10.0  # a loss above this × the first step's loss (or NaN/inf) is 'diverged'
     memory_cap_gb: float | None = None  # CUDA: a per-process memory fraction; CPU: a host-RSS cap → 'oom'
     cgd_beta: str = "pr+"  # pr+ (Polak–Ribière+) | fr (Fletcher–Reeves)
@@ -88,7 +107,9 @@ class RunConfig:
         return replace(self, **{k: v for k, v in fill.items() if getattr(self, k) is None})
 
     def as_dict(self) -> dict:
-        out = asdict(self)
+        """The config as a run stores (and its cell key hashes) it; the data fields at their defaults are left
+        out, so that a generated-data cell keeps the key it had before they existed (a re-run skips it)."""
+        out = {k: v for k, v in asdict(self).items() if k not in DATA_DEFAULTS or v != DATA_DEFAULTS[k]}
         if out["cgd_beta_max"] == math.inf:
             out["cgd_beta_max"] = "inf"  # JSON has no infinity
         if out["lr_grid"] is not None:
@@ -98,9 +119,10 @@ class RunConfig:
     def settings(self) -> str:
         """What this (unresolved) configuration changes from its protocol's defaults, for the runs table.
 
-        The model, preset, cell (optimizer, strategy), seed, device and protocol are not settings: the
-        evidence group and the hardware already say them. A tuned rate is the protocol's own choice."""
+        The model, preset, cell (optimizer, strategy), seed, device, protocol and data are not settings:
+        the evidence group and the hardware already say them. A tuned rate is the protocol's own choice."""
         cell = {"model", "preset", "optimizer", "strategy", "seed", "device", "protocol", "role"}
+        cell |= {"data", "data_path", "data_id", "data_note"}  # the evidence group says the data
         if self.lr_grid is not None:
             cell |= {"lr", "lr_grid"}
         default = RunConfig(protocol=self.protocol)

@@ -1,24 +1,23 @@
-"""Training data: raw MM-IMDb-like examples (plot, genre, poster, caption) that each family encodes for its
-task (`measure.families`), and the seeded micro-batches of an epoch.
+"""Training data: examples in the roles the families read (text, image, label, caption), encoded by each
+family for its task (`measure.families`), and the seeded micro-batches of an epoch.
 
-The paper's MM-IMDb is loaded through `datasets` when the hub can be reached; offline (always in tests
-and CI), a deterministic MM-IMDb-like corpus is generated from the seed: movie plots as byte-level text,
-posters whose colour and stripes encode the genre, captions that describe the poster. Both go through
-the same `datasets.Dataset` path, splits and seeded shuffling.
+Where the examples come from is the run's choice (`--data`, resolved once per `advisor measure` by
+`measure.sources`, which reads every dataset from local files): the generated corpus, the default, offline
+and deterministic (MM-IMDb-like movie plots as text, posters whose colour and stripes encode the genre,
+captions that describe the poster), or a dataset: the paper's MM-IMDb, a Hugging Face dataset, the user's
+own files. Both go through the same `datasets.Dataset` path, encoding and seeded shuffling.
 """
 
 from __future__ import annotations
 
-import os
+import itertools
 import random
 from collections.abc import Iterator
 
 import numpy as np
 
-from measure import tokenizer
-from measure.tokenizer import BOS, EOS
+from measure.families.base import DEFAULT_SHAPE, Shape
 
-MMIMDB = "pranavmr/MM-IMDb"
 # The held-out sets, one for every run, generated from these seeds: `validation` is what --tune-lr chooses
 # rates on, `test` what runs report (held-out loss, accuracy, time to target, "did not train"), so that
 # no reported figure is measured on the data that chose the rate.
@@ -78,92 +77,48 @@ WORDS = {
 }
 
 
-def offline() -> bool:
-    return os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
-
-
-_hub_failed = False  # one failed attempt per process: the hub's retries cost ~20 s each
+GENERATED_SOURCE = "generated MM-IMDb-like corpus (offline)"
+GENERATED_ROLES = {"plot": "text", "poster": "image"}  # the generated corpus's columns, as roles
 
 
 def load(family, shape, n_samples: int, seed: int):
-    """A `datasets.Dataset` of n_samples training examples encoded by the family (a `measure.families.Family`),
-    shuffled by the seed.
-
-    Returns (dataset, name of the data source) so that the run can record which data it trained on.
-    """
-    global _hub_failed
-    import datasets
-
-    datasets.disable_progress_bars()
-    raw, source = None, "generated MM-IMDb-like corpus (offline)"
-    if not offline() and not _hub_failed:
-        raw = _mmimdb(n_samples)
-        _hub_failed = raw is None
-        source = MMIMDB if raw is not None else source
-    if raw is None:
-        raw = datasets.Dataset.from_dict(_generated(n_samples, seed))
-    encoded = raw.map(lambda ex: family.encode(shape, ex), remove_columns=raw.column_names)
-    return encoded.shuffle(seed=seed).with_format("numpy"), source
+    """The generated corpus's training set: n_samples examples encoded by the family (a
+    `measure.families.Family`), shuffled by the seed. Returns (dataset, name of the data source)."""
+    return encoded(generated_rows(n_samples, seed), family, shape).shuffle(seed=seed), GENERATED_SOURCE
 
 
-def load_heldout(family, shape, n_samples: int, split: str = "test", hub: bool = False):
-    """A held-out set: n_samples examples no training run sees, the same for every seed and configuration;
-    `validation` and `test` are disjoint. From the hub (MM-IMDb's last training examples: test the last
-    n_samples, validation the n_samples before them) when the training data came from it (`hub`), else
-    generated from the split's seed: training and held-out data always come from the same corpus.
+def load_heldout(family, shape, n_samples: int, split: str = "test"):
+    """A held-out set of the generated corpus: n_samples examples no training run sees, the same for every
+    seed and configuration, generated from the split's own seed (`validation` and `test` are disjoint).
 
     Returns (dataset, name of the data source)."""
-    import datasets
-
     if split not in HELDOUT_SEEDS:
         raise ValueError(f"held-out split must be one of {', '.join(HELDOUT_SEEDS)}, not {split!r}")
+    seed = HELDOUT_SEEDS[split]
+    source = f"{GENERATED_SOURCE}, seed {seed} ({split})"
+    return encoded(generated_rows(n_samples, seed), family, shape), source
+
+
+def generated_rows(n: int, seed: int):
+    """n generated examples as a `datasets.Dataset` in the roles the families read."""
+    import datasets
+
     datasets.disable_progress_bars()
-    if hub:
-        n = n_samples
-        rows = f"train[-{n}:]" if split == "test" else f"train[-{2 * n}:-{n}]"
-        raw = _mmimdb(n, rows)
-        if raw is None:
-            raise RuntimeError(f"{MMIMDB} served the training data but not the {split} set: run again")
-        source = f"{MMIMDB} {rows} ({split})"
-    else:
-        seed = HELDOUT_SEEDS[split]
-        raw = datasets.Dataset.from_dict(_generated(n_samples, seed))
-        source = f"generated MM-IMDb-like corpus (offline), seed {seed} ({split})"
-    encoded = raw.map(lambda ex: family.encode(shape, ex), remove_columns=raw.column_names)
-    return encoded.with_format("numpy"), source
+    return datasets.Dataset.from_dict(_generated(n, seed)).rename_columns(GENERATED_ROLES)
 
 
-def heldout_batches(dataset, family, batch_size: int) -> Iterator[dict]:
+def encoded(raw, family, shape):
+    """Raw examples (role columns) encoded by the family for its task, in memory (no cache files)."""
+    out = raw.map(lambda ex: family.encode(shape, ex), remove_columns=raw.column_names, keep_in_memory=True)
+    return out.with_format("numpy")
+
+
+def heldout_batches(dataset, family, batch_size: int, shape: Shape = DEFAULT_SHAPE) -> Iterator[dict]:
     """The held-out set in order, the last batch possibly smaller, collated with fixed randomness (the
     encoder's masks): every evaluation of every run sees the same batches."""
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
-        yield family.collate(rows, np.random.default_rng([EVAL_SEED, start]))
-
-
-def _mmimdb(n_samples: int, rows: str | None = None):
-    """The paper's MM-IMDb (plot, genre, poster): its first n_samples training examples (or the `rows`
-    slice, e.g. "train[-64:]"), or None where the hub cannot be reached."""
-    import datasets
-
-    try:
-        split = rows or f"train[:{n_samples}]"
-        ds = datasets.load_dataset(MMIMDB, split=split)
-    except Exception:  # no network, no access, or a changed dataset: fall back to the generated corpus
-        return None
-    plot = next(c for c in ("plot", "text", "overview") if c in ds.column_names)
-    genre = next(c for c in ("genre", "genres", "label") if c in ds.column_names)
-    image = next(c for c in ("image", "poster") if c in ds.column_names)
-
-    def to_common(ex):
-        g = ex[genre][0] if isinstance(ex[genre], list) else ex[genre]
-        label = (
-            GENRES.index(g.lower()) if isinstance(g, str) and g.lower() in GENRES else int(g) % len(GENRES)
-        )
-        img = np.asarray(ex[image].convert("RGB"), dtype=np.uint8)
-        return {"plot": ex[plot], "label": label, "poster": img, "caption": f"a {GENRES[label]} movie poster"}
-
-    return ds.map(to_common, remove_columns=ds.column_names)
+        yield family.collate(rows, np.random.default_rng([EVAL_SEED, start]), shape)
 
 
 def _generated(n: int, seed: int) -> dict:
@@ -199,19 +154,17 @@ def poster(label: int, poster_seed: int, size: int) -> np.ndarray:
 
 
 def image(example: dict, size: int) -> np.ndarray:
-    """An example's poster as (3, size, size) uint8: drawn from its seed (generated) or resized (MM-IMDb)."""
-    img = example["poster"]
-    return poster(example["label"], img, size) if isinstance(img, int) else _resize(img, size)
+    """An example's image as (3, size, size) uint8: a poster drawn from its seed (generated), or a
+    dataset's image (PIL, as `datasets` decodes it) resized bilinearly."""
+    img = example["image"]
+    if isinstance(img, int):
+        return poster(example["label"], img, size)
+    if hasattr(img, "convert"):
+        from PIL import Image
 
-
-def plot_ids(example: dict, seq_len: int) -> list[int]:
-    """BOS, the plot's bytes cut to the example's share of seq_len (documents of varied length), EOS."""
-    length = int(example.get("keep", 1.0) * (seq_len - 2))
-    return [BOS] + tokenizer.encode(example["plot"])[: max(1, length)] + [EOS]
-
-
-def caption_ids(example: dict) -> list[int]:
-    return tokenizer.encode(example["caption"])
+        rgb = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+        return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
+    return _resize(np.asarray(img, dtype=np.uint8), size)
 
 
 def _resize(img: np.ndarray, size: int) -> np.ndarray:
@@ -221,9 +174,23 @@ def _resize(img: np.ndarray, size: int) -> np.ndarray:
     return img[ys][:, xs].transpose(2, 0, 1)
 
 
-def batches(dataset, family, batch_size: int, seed: int, epoch: int) -> Iterator[dict]:
-    """Micro-batches of an epoch, reshuffled per (seed, epoch), collated by the family, with their target count."""
-    order = np.random.default_rng([seed, epoch]).permutation(len(dataset))
+def batches(
+    dataset, family, batch_size: int, seed: int, epoch: int, shape: Shape = DEFAULT_SHAPE, turn: int = 0
+) -> Iterator[dict]:
+    """Micro-batches of one pass over the training set, reshuffled per (seed, epoch), collated by the
+    family, with their target count. `turn` numbers further passes within an epoch (a small dataset)."""
+    key = [seed, epoch] if turn == 0 else [seed, epoch, turn]
+    order = np.random.default_rng(key).permutation(len(dataset))
     for start in range(0, len(order) - batch_size + 1, batch_size):
         rows = dataset[order[start : start + batch_size]]
-        yield family.collate(rows, np.random.default_rng([seed, epoch, start]))
+        yield family.collate(rows, np.random.default_rng([*key, start]), shape)
+
+
+def epoch_batches(dataset, family, batch_size: int, seed: int, epoch: int, shape: Shape = DEFAULT_SHAPE):
+    """As many micro-batches as an epoch takes: a training set smaller than the epoch needs is gone through
+    again, each time in a fresh order."""
+    if len(dataset) < batch_size:
+        raise ValueError(f"the training set has {len(dataset)} examples, fewer than a batch ({batch_size})")
+    return itertools.chain.from_iterable(
+        batches(dataset, family, batch_size, seed, epoch, shape, turn) for turn in itertools.count()
+    )

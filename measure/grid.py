@@ -45,6 +45,11 @@ def run_order(configs: list[RunConfig], seed: int) -> list[int]:
     return order
 
 
+def new_order_seed() -> int:
+    """A fresh seed for the order cells run in (printed and recorded, so the order can be run again)."""
+    return secrets.randbelow(2**31)
+
+
 def run_grid(
     configs: list[RunConfig],
     db_path: Path,
@@ -58,7 +63,7 @@ def run_grid(
     A cell whose process dies is `crashed` and the grid goes on; Ctrl-C stops the grid once the cell has
     recorded its run crashed; a KB that cannot take a cell's rows (a full disk) stops it with a KBError."""
     reporter = reporter or Reporter()
-    order_seed = secrets.randbelow(2**31) if order_seed is None else order_seed
+    order_seed = new_order_seed() if order_seed is None else order_seed
     order = run_order(configs, order_seed)
     results: list[CellResult | None] = [None] * len(configs)
     with store.writing(db_path) as conn:

@@ -17,13 +17,19 @@ class HeldOut:
     """The held-out batches of one family and data shape, evaluated in eval mode without gradients."""
 
     def __init__(
-        self, family, shape, n_examples: int, batch_size: int, split: str = "test", hub: bool = False
+        self, family, shape, n_examples: int, batch_size: int, split: str = "test", view=None, name=None
     ):
+        """From the generated corpus (its split's own seed), or from a dataset's fixed held-out rows (`view`,
+        a measure.sources.DataView, called `name`): always the corpus the run trains on."""
         from measure.data import heldout_batches, load_heldout
 
         self.family = family
-        dataset, self.source = load_heldout(family, shape, n_examples, split, hub)
-        self.batches = list(heldout_batches(dataset, family, batch_size))
+        if view is None:
+            dataset, self.source = load_heldout(family, shape, n_examples, split)
+        else:
+            dataset = view.heldout(family, shape, split)
+            self.source = f"{name}: {len(dataset)} held-out examples of its {view.split} split ({split})"
+        self.batches = list(heldout_batches(dataset, family, batch_size, shape))
 
     def evaluate(self, model, device, dtype: str = "fp32") -> Evaluation:
         import torch

@@ -31,7 +31,7 @@ from advisor.schema import KBError
 from measure.config import RunConfig
 from measure.hardware import pid_alive
 from measure.progress import ForwardingReporter, Reporter, replay
-from measure.runner import CellResult, run_cell
+from measure.runner import CellOutcome, CellResult, run_cell, train_cell
 
 # What the fork server imports once; a cell's process finds them imported. transformers.modeling_utils is
 # the costly part of building a model (2 s here); advisor.cli is what the `advisor` script re-runs in a
@@ -123,10 +123,12 @@ def death_sentence(exitcode: int | None) -> str:
 
 @dataclass
 class _Heard:
-    """What a cell's process said: its claim, and how it ended."""
+    """What a cell's process said: its claim (or, training only, its model), and how it ended."""
 
     run_id: int | None = None
     result: CellResult | None = None
+    built: dict | None = None
+    outcome: CellOutcome | None = None
     interrupted: bool = False
     kb_error: str | None = None
     raised: str | None = None
@@ -137,6 +139,10 @@ class _Heard:
             self.run_id = message[1]
         elif kind == "result":
             self.result = message[1]
+        elif kind == "built":
+            self.built = message[1]
+        elif kind == "outcome":
+            self.outcome = message[1]
         elif kind == "interrupted":
             self.interrupted = True
         elif kind == "kb_error":
@@ -153,12 +159,39 @@ def run_in_child(
     """run_cell in a fresh process; its progress drives `reporter` here. conn (the grid's) marks the run
     of a process that died crashed. Raises KeyboardInterrupt after Ctrl-C (the cell recorded), and
     KBError with the cell's sentence when the KB could not take its rows."""
+    args = (cfg, str(Path(db_path).absolute()), rules, order)
+    heard, interrupted, proc = _in_child(_cell_process, args, reporter, rules)
+    if interrupted or heard.interrupted:
+        _mark_crashed(conn)
+        raise KeyboardInterrupt
+    if heard.kb_error:
+        _mark_crashed(conn)
+        raise KBError(heard.kb_error)
+    if heard.result is not None:
+        return heard.result
+    return _crashed(conn, cfg, heard.run_id, heard.raised or death_sentence(proc.exitcode))
+
+
+def train_in_child(cfg: RunConfig, reporter: Reporter, rules=None) -> tuple[CellOutcome, dict | None]:
+    """train_cell (a resolved cell, no KB) in a fresh process: (its outcome, its model's info). A process
+    that dies without an outcome is a `crashed` outcome with the sentence. A cluster's worker runs cells so:
+    the imports once per worker, memory each cell's own. Raises KeyboardInterrupt after Ctrl-C."""
+    heard, interrupted, proc = _in_child(_train_process, (cfg, rules), reporter, rules)
+    if interrupted or heard.interrupted:
+        raise KeyboardInterrupt
+    if heard.outcome is not None:
+        return heard.outcome, heard.built
+    return CellOutcome("crashed", heard.raised or death_sentence(proc.exitcode), []), heard.built
+
+
+def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, bool, object]:
+    """target(*args, pipe, watch, environ) in a process forked from the server, followed until it ends:
+    (what it said, whether Ctrl-C came, the process)."""
     start_server(rules)
     ctx = multiprocessing.get_context("forkserver")
     reader, writer = ctx.Pipe(duplex=False)  # the cell's messages
     watch, alive_w = ctx.Pipe(duplex=False)  # ends when this process does: the cell then dies too
-    args = (cfg, str(Path(db_path).absolute()), rules, order, writer, watch, dict(os.environ))
-    proc = ctx.Process(target=_cell_process, args=args, name="advisor-cell")
+    proc = ctx.Process(target=target, args=(*args, writer, watch, dict(os.environ)), name="advisor-cell")
     heard, interrupted, followed = _Heard(), False, False
     try:
         with _sigint_deferred() as held:  # a started process is always waited for
@@ -179,15 +212,7 @@ def run_in_child(
         finally:
             reader.close()
             alive_w.close()
-    if interrupted or heard.interrupted:
-        _mark_crashed(conn)
-        raise KeyboardInterrupt
-    if heard.kb_error:
-        _mark_crashed(conn)
-        raise KBError(heard.kb_error)
-    if heard.result is not None:
-        return heard.result
-    return _crashed(conn, cfg, heard.run_id, heard.raised or death_sentence(proc.exitcode))
+    return heard, interrupted, proc
 
 
 def _follow(proc, reader, reporter: Reporter, heard: _Heard) -> None:
@@ -272,12 +297,7 @@ class _ClaimTelling(store.Heartbeat):
 
 def _cell_process(cfg, db_path, rules, order, pipe, watch, environ) -> None:
     """The body of a cell's process (the target the fork server runs)."""
-    gc.freeze()  # what the server imported is never collected: the collector leaves its pages shared
-    _die_with_grid(watch)
-    _interrupt_once()
-    os.environ.clear()
-    os.environ.update(environ)  # the grid's environment now, not the server's when it started
-    send = _sender(pipe)
+    send = _child_setup(pipe, watch, environ)
     code = 0
     try:
         reporter = ForwardingReporter(send)
@@ -292,13 +312,46 @@ def _cell_process(cfg, db_path, rules, order, pipe, watch, environ) -> None:
         send(("kb_error", str(e)))
         code = 1
     except BaseException as e:  # a bug outside the cell's training: the grid records it and goes on
-        traceback.print_exc()
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        send(("raised", f"the cell's process raised {type(e).__name__}: {first}"))
-        code = 1
+        code = _said(send, e)
     finally:
         pipe.close()
     sys.exit(code)
+
+
+def _train_process(cfg, rules, pipe, watch, environ) -> None:
+    """The body of a training-only cell's process: its model's info and its outcome go to the pipe."""
+    send = _child_setup(pipe, watch, environ)
+    code = 0
+    try:
+        reporter = ForwardingReporter(send)
+        outcome = train_cell(cfg, reporter, lambda info: send(("built", info)), None, rules)
+        reporter.flush()
+        send(("outcome", outcome))
+        code = 130 if outcome.interrupted else 0
+    except BaseException as e:  # a bug outside the cell's training: said, and the cell is crashed
+        code = _said(send, e)
+    finally:
+        pipe.close()
+    sys.exit(code)
+
+
+def _child_setup(pipe, watch, environ):
+    """A cell's process, first thing: shared pages kept, dies with the grid, Ctrl-C once, the grid's
+    environment; returns how it sends its messages."""
+    gc.freeze()  # what the server imported is never collected: the collector leaves its pages shared
+    _die_with_grid(watch)
+    _interrupt_once()
+    os.environ.clear()
+    os.environ.update(environ)  # the grid's environment now, not the server's when it started
+    return _sender(pipe)
+
+
+def _said(send, e: BaseException) -> int:
+    """An exception outside the cell's training, printed and sent to the grid; the exit code."""
+    traceback.print_exc()
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    send(("raised", f"the cell's process raised {type(e).__name__}: {first}"))
+    return 1
 
 
 def _sender(pipe):

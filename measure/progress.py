@@ -23,13 +23,15 @@ from rich.table import Table
 
 
 class Reporter:
-    """Progress callbacks; the silent default. The CLI passes a rich one."""
+    """Progress callbacks; the silent default. The CLI passes a rich one. `key` tells apart cells that run
+    at the same time (a cluster's: their run ids); one cell at a time leaves it None."""
 
     def grid_start(self, total: int) -> None: ...
-    def cell_start(self, config, total_steps: int) -> None: ...
-    def step(self, loss: float) -> None: ...
-    def epoch(self, row: dict) -> None: ...
-    def cell_end(self, result) -> None: ...
+    def cell_start(self, config, total_steps: int, key=None) -> None: ...
+    def cell_placed(self, where: str, key=None) -> None: ...  # a cluster's: the node a try started on
+    def step(self, loss: float, key=None) -> None: ...
+    def epoch(self, row: dict, key=None) -> None: ...
+    def cell_end(self, result, key=None) -> None: ...
 
 
 class ForwardingReporter(Reporter):
@@ -41,16 +43,16 @@ class ForwardingReporter(Reporter):
         self.losses: list[float] = []
         self.sent = -interval
 
-    def cell_start(self, config, total_steps: int) -> None:
+    def cell_start(self, config, total_steps: int, key=None) -> None:
         self.flush()
         self.send(("cell_start", config, total_steps))
 
-    def step(self, loss: float) -> None:
+    def step(self, loss: float, key=None) -> None:
         self.losses.append(loss)
         if time.monotonic() - self.sent >= self.interval:
             self.flush()
 
-    def epoch(self, row: dict) -> None:
+    def epoch(self, row: dict, key=None) -> None:
         self.flush()
         self.send(("epoch", {k: row.get(k) for k in EPOCH_FIELDS}))
 
@@ -61,15 +63,15 @@ class ForwardingReporter(Reporter):
         self.sent = time.monotonic()
 
 
-def replay(message: tuple, reporter: Reporter) -> None:
-    """A ForwardingReporter's message, made again on `reporter`."""
+def replay(message: tuple, reporter: Reporter, key=None) -> None:
+    """A ForwardingReporter's message, made again on `reporter` (for the cell `key`)."""
     if message[0] == "cell_start":
-        reporter.cell_start(message[1], message[2])
+        reporter.cell_start(message[1], message[2], key)
     elif message[0] == "steps":
         for loss in message[1]:
-            reporter.step(loss)
+            reporter.step(loss, key)
     elif message[0] == "epoch":
-        reporter.epoch(message[1])
+        reporter.epoch(message[1], key)
 
 
 EPOCH_FIELDS = ("epoch", "loss", "eval_loss", "wall_s")  # what an epoch's progress line shows
@@ -105,7 +107,9 @@ class RichReporter(Reporter):
             console=console,
             transient=False,
         )
-        self.grid_task = self.cell_task = None
+        self.grid_task = None
+        self.cell_tasks: dict = {}  # a bar per running cell, by key
+        self.places: dict = {}  # where a cluster's cells run, by key
 
     def __enter__(self) -> RichReporter:
         self.progress.start()
@@ -117,15 +121,25 @@ class RichReporter(Reporter):
     def grid_start(self, total: int) -> None:
         self.grid_task = self.progress.add_task("grid", total=total, info="")
 
-    def cell_start(self, config, total_steps: int) -> None:
-        if self.cell_task is not None:
-            self.progress.remove_task(self.cell_task)
-        self.cell_task = self.progress.add_task(f"  {config.label}", total=total_steps, info="")
+    def cell_start(self, config, total_steps: int, key=None) -> None:
+        self._drop(key)
+        where = f" @ {self.places.pop(key)}" if key in self.places else ""
+        self.cell_tasks[key] = self.progress.add_task(f"  {config.label}{where}", total=total_steps, info="")
 
-    def step(self, loss: float) -> None:
-        self.progress.update(self.cell_task, advance=1, info=f"loss {loss:.4g}")
+    def cell_placed(self, where: str, key=None) -> None:
+        self.places[key] = where
 
-    def cell_end(self, result) -> None:
+    def step(self, loss: float, key=None) -> None:
+        if key in self.cell_tasks:
+            self.progress.update(self.cell_tasks[key], advance=1, info=f"loss {loss:.4g}")
+
+    def _drop(self, key) -> None:
+        if key in self.cell_tasks:
+            self.progress.remove_task(self.cell_tasks.pop(key))
+
+    def cell_end(self, result, key=None) -> None:
+        if key is not None:  # one cell at a time keeps its last bar until the next starts
+            self._drop(key)
         style = status_style(result.status)
         loss = f" loss {result.loss:.4g}" if result.loss is not None else ""
         self.progress.update(self.grid_task, advance=1, info=f"last: [{style}]{result.status}[/]{loss}")
@@ -144,37 +158,41 @@ class PlainReporter(Reporter):
     def __init__(self, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
         self.write, self.clock = write, clock
         self.total = self.done = 0
-        self.label, self.epochs, self.started = "", None, clock()
-        self.cell_started = self.started
+        self.started = clock()
+        self.cells: dict = {}  # key -> (label, epochs, started): cells that run at the same time
 
     def grid_start(self, total: int) -> None:
         self.total, self.done, self.started = total, 0, self.clock()
         self.write(f"advisor measure: {total} cells")
 
-    def cell_start(self, config, total_steps: int) -> None:
-        self.label, self.epochs, self.cell_started = config.label, config.epochs, self.clock()
+    def cell_placed(self, where: str, key=None) -> None:
+        self.write(f"[{self.done}/{self.total}] cell {key} started on {where}")
 
-    def epoch(self, row: dict) -> None:
-        parts = [f"epoch {row['epoch'] + 1}" + (f"/{self.epochs}" if self.epochs else "")]
+    def cell_start(self, config, total_steps: int, key=None) -> None:
+        self.cells[key] = (config.label, config.epochs, self.clock())
+
+    def epoch(self, row: dict, key=None) -> None:
+        label, epochs, _ = self.cells.get(key, ("", None, self.started))
+        parts = [f"epoch {row['epoch'] + 1}" + (f"/{epochs}" if epochs else "")]
         parts += [f"loss {row['loss']:.4g}"] if row.get("loss") is not None else []
         parts += [f"held-out {row['eval_loss']:.4g}"] if row.get("eval_loss") is not None else []
         parts += [f"{row['wall_s']:.1f} s"] if row.get("wall_s") is not None else []
-        self.write(self._line(parts))
+        self.write(self._line(label, parts))
 
-    def cell_end(self, result) -> None:
+    def cell_end(self, result, key=None) -> None:
         self.done += 1
-        self.label = result.config.label
+        _, _, started = self.cells.pop(key, (None, None, self.started))
         parts = [result.status]
         parts += [f"loss {result.loss:.4g}"] if result.loss is not None else []
-        parts += [f"{self.clock() - self.cell_started:.1f} s"] if result.status != "skipped" else []
+        parts += [f"{self.clock() - started:.1f} s"] if result.status != "skipped" else []
         parts += [result.error] if result.error and result.status not in ("ok", "skipped") else []
-        self.write(self._line(parts))
+        self.write(self._line(result.config.label, parts))
 
-    def _line(self, parts: list[str]) -> str:
+    def _line(self, label: str, parts: list[str]) -> str:
         position = (
             f"[{min(self.done + 1, self.total) if parts[0].startswith('epoch') else self.done}/{self.total}]"
         )
-        return " · ".join([f"{position} {self.label}", *parts, f"ETA {self._eta()}"])
+        return " · ".join([f"{position} {label}", *parts, f"ETA {self._eta()}"])
 
     def _eta(self) -> str:
         """The grid's time left at the mean time per finished cell so far ('?' before the first one)."""

@@ -222,6 +222,8 @@ def cell_run(cfg: RunConfig, settings: str, machine: dict, rules=None) -> dict:
         "optimizer": cfg.optimizer,
         "strategy": cfg.strategy,
         "preset": cfg.preset if reference else "custom",
+        "data": cfg.data_id
+        or "generated",  # part of its evidence group: runs on other data never rank with it
         "config": cfg.as_dict(),
         "settings": settings,
         "protocol": cfg.protocol,

@@ -50,6 +50,7 @@ class Trainer:
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
         self.model = self.optimizer = self.monitor = self.scheduler = self.family = self.heldout = None
+        self.view = None  # the dataset a --data other than the generated corpus names (measure.sources)
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
         self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
         self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None
@@ -72,7 +73,7 @@ class Trainer:
                 total = torch.cuda.get_device_properties(0).total_memory / 1e9
                 torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_cap_gb / total))
         preset = cfg.preset if cfg.preset != "custom" else "small"
-        built = build_model(cfg.model, preset, cfg.dropout, cfg.seed, self.rules)
+        built = build_model(cfg.model, preset, cfg.dropout, cfg.seed, self.rules, self.sizes())
         self.built, self.family = built, built.family
         self.model = built.model.to(self.device)
         prepare(self.model, cfg.strategy)
@@ -87,6 +88,64 @@ class Trainer:
         self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, **cgd)
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
 
+    def sizes(self):
+        """What the run asks of the model's data shape: the flags, and the classes of the data's labels."""
+        from measure.families.base import Sizes
+
+        classes = self.view.classes if self.view is not None else None
+        return Sizes(seq_len=self.cfg.seq_len, image_size=self.cfg.image_size, num_labels=classes)
+
+    def open_data(self) -> None:
+        """The dataset the run trains on, when it is not the generated corpus: read from local files (the
+        parent process resolved --data once), before the model, which is built to its classes."""
+        if self.cfg.data_path is None:
+            return
+        from advisor.model_ref import resolve_model
+        from measure.families import family
+        from measure.sources import open_view
+
+        fam = family(resolve_model(self.cfg.model, self.rules).family.name, self.rules)
+        self.view = open_view(self.cfg.data_path, fam, self.cfg.eval_examples)
+
+    def datasets(self):
+        """(training set, held-out set or None, provenance): what the run trains and evaluates on."""
+        from measure.data import load
+        from measure.heldout import HeldOut
+
+        cfg, shape = self.cfg, self.built.shape
+        split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
+        if self.view is None:
+            dataset, source = load(self.family, shape, cfg.train_examples, cfg.seed)
+        else:
+            dataset = self.view.training(self.family, shape, cfg.train_examples, cfg.seed)
+            source = f"{cfg.data_id} ({self.view.split} split)"
+        heldout = None
+        if cfg.protocol == "fair":
+            heldout = HeldOut(
+                self.family, shape, cfg.eval_examples, cfg.batch_size, split, self.view, cfg.data_id
+            )
+        return dataset, heldout, self.provenance(source, heldout)
+
+    def provenance(self, source: str, heldout) -> dict:
+        """The data a run records: its identity, where it was read, how many examples of which split."""
+        cfg = self.cfg
+        out = {
+            "train": source,
+            "source": cfg.data_id or "generated",
+            "tokenizer": self.built.shape.tokenizer.name,
+        }
+        if heldout is not None:
+            out["heldout"] = heldout.source
+        if self.view is not None:
+            out |= {
+                "path": cfg.data_path,
+                "split": self.view.split,
+                "examples": self.view.counts(cfg.train_examples),
+            }
+        if cfg.data_note:
+            out["note"] = cfg.data_note
+        return out
+
     @property
     def window(self) -> int:
         return self.cfg.window
@@ -98,9 +157,7 @@ class Trainer:
 
     def train(self) -> None:
         """Set up, then train every epoch; raises Diverged, Untrained, OutOfMemory or what the cell raised."""
-        from measure.data import load
         from measure.flops import device_peak, forward_flops_per_position
-        from measure.heldout import HeldOut
         from measure.monitor import Monitor, process_rss_gb
 
         cfg = self.cfg
@@ -110,20 +167,13 @@ class Trainer:
                 f"steps ({self.window})"
             )
         self.baseline_rss_gb = process_rss_gb()  # before the model: the interpreter and its libraries
+        self.open_data()
         self.setup()
-        dataset, source = load(self.family, self.built.shape, cfg.train_examples, cfg.seed)
-        data = {"train": source}
-        if cfg.protocol == "fair":
-            from measure.data import MMIMDB
-
-            split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
-            self.heldout = HeldOut(
-                self.family, self.built.shape, cfg.eval_examples, cfg.batch_size, split, source == MMIMDB
-            )
-            data["heldout"] = self.heldout.source
+        dataset, self.heldout, data = self.datasets()
+        if self.heldout is not None:
             self.clock = TargetClock(target_loss(cfg, self.family.name, self.rules))
         self.on_built(dict(n_params=self.built.n_params, pretrained=self.built.pretrained, data=data))
-        first = next(iter_batches(dataset, self.family, cfg, 0))
+        first = next(iter_batches(dataset, self.family, cfg, 0, self.built.shape))
         self.flops_per_position = forward_flops_per_position(
             self.model, self.family, first, self.device, cfg.dtype
         )
@@ -149,7 +199,7 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()
         work = EpochWork()
         start, self.checking_s = clock(self.device), 0.0
-        micro = iter_batches(dataset, self.family, self.cfg, epoch)
+        micro = iter_batches(dataset, self.family, self.cfg, epoch, self.built.shape)
         for i in range(self.steps_per_epoch):
             window = [next(micro) for _ in range(self.window)]
             for b in window:
@@ -233,7 +283,7 @@ class Trainer:
         from measure.strategies import train_step
         from measure.tensors import measured_step
 
-        micro = iter_batches(dataset, self.family, self.cfg, self.cfg.epochs)
+        micro = iter_batches(dataset, self.family, self.cfg, self.cfg.epochs, self.built.shape)
         window = [next(micro) for _ in range(self.window)]
         return measured_step(
             self.model,
@@ -306,7 +356,7 @@ class Trainer:
 
     def release(self) -> None:
         """Drop the model, optimizer and samples so nothing of this cell is held into the next."""
-        self.model = self.optimizer = self.built = self.heldout = None
+        self.model = self.optimizer = self.built = self.heldout = self.view = None
         if self.monitor is not None:
             self.monitor.forget()
         gc.collect()
@@ -317,11 +367,13 @@ class Trainer:
             torch.cuda.empty_cache()
 
 
-def iter_batches(dataset, family, cfg: RunConfig, epoch: int):
-    """The micro-batches of an epoch: a fresh permutation of the training set per (seed, epoch)."""
-    from measure.data import batches
+def iter_batches(dataset, family, cfg: RunConfig, epoch: int, shape=None):
+    """The micro-batches of an epoch: a fresh permutation of the training set per (seed, epoch), gone
+    through again where the set is smaller than the epoch needs."""
+    from measure.data import epoch_batches
+    from measure.families.base import DEFAULT_SHAPE
 
-    return batches(dataset, family, cfg.batch_size, cfg.seed, epoch)
+    return epoch_batches(dataset, family, cfg.batch_size, cfg.seed, epoch, shape or DEFAULT_SHAPE)
 
 
 def trim_heap() -> None:

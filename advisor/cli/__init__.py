@@ -1,7 +1,8 @@
 """The `advisor` command line: thin click commands that parse, call one domain function, and render.
 
 Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `fitting.py` (fit),
-`measuring.py` (measure, validate), `kb_commands.py` (the kb group); `params.py` holds what they share
+`measuring.py` (measure, validate), `kb_commands.py` (the kb group), `reporting.py` (report, and the
+picture files of frontier and flowchart); `params.py` holds what they share
 (option decorators, parameter types, the domain-error translation).
 """
 
@@ -11,7 +12,7 @@ import sys
 
 import click
 
-from advisor.cli import answering, fitting, kb_commands, measuring
+from advisor.cli import answering, fitting, kb_commands, measuring, reporting
 from advisor.cli.params import CONTEXT
 
 
@@ -27,7 +28,7 @@ def cli():
     """
 
 
-for _module in (answering, fitting, measuring, kb_commands):
+for _module in (answering, fitting, measuring, kb_commands, reporting):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -20,7 +20,11 @@ from advisor.cli.params import (
     open_for_reading,
     source_option,
 )
+from advisor.cli.reporting import picture_option, write_pictures
 from advisor.rules import load_rules
+
+# advisor.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
+FRONTIER_PIXELS = "1280 × 840"
 
 
 @click.command(context_settings=CONTEXT)
@@ -170,18 +174,32 @@ def recommend(
 @click.option("--x", "x", type=MetricType(), default="time", show_default=True, help="Metric on the x axis.")
 @click.option("--y", "y", type=MetricType(), default="loss", show_default=True, help="Metric on the y axis.")
 @source_option
+@picture_option(
+    "--html",
+    (".html", ".htm"),
+    "Also write the plot as an interactive page (hover a point for its interval, or an excluded one for "
+    "why); self-contained, it opens offline.",
+)
+@picture_option(
+    "--png",
+    (".png",),
+    f"Also write the plot as a {FRONTIER_PIXELS} px PNG image, for a paper or a slide.",
+)
 @db_option
 @json_option
 @domain_errors
-def frontier(arch, x, y, source, db, as_json):
+def frontier(arch, x, y, source, html, png, db, as_json):
     """The exact Pareto frontier of two metrics over every usable configuration.
 
-    Diverged and failed runs are left out. Points are labelled in the table and the scatter plot alike.
+    Diverged and failed runs are left out (drawn greyed in --html/--png pictures, with the reason). Points
+    are labelled in the table and the scatter plot alike; in the plot, a * follows the label of a point on
+    the frontier. --html and --png need the plots extra: pip install 'advisor[plots]'.
 
     \b
     Examples:
         advisor frontier --arch vision
         advisor frontier --arch decoder --x memory --y loss --json
+        advisor frontier --arch vision --source measured --png frontier.png --html frontier.html
     """
     from advisor.frontier import frontier as do_frontier
     from advisor.report import frontier_view
@@ -190,37 +208,55 @@ def frontier(arch, x, y, source, db, as_json):
     if x == y:
         raise click.BadParameter("--x and --y must be different metrics.", param_hint="'--x'")
     result = do_frontier(open_for_reading(db, source), arch, x, y, source, rules)
+    if not result.points and (html or png or not as_json):
+        raise click.ClickException(
+            f"no configuration of {arch} has both a {x} and a {y} figure in {result.group.label}: "
+            "nothing to plot. Try another --x or --y, or another --source."
+        )
     if as_json:
         echo_json(result.as_dict(rules))
-        return
-    if not result.points:
-        raise click.ClickException(
-            f"no configuration of {arch} has both a {x} and a {y} figure in {result.group.label}."
-        )
-    console().print(frontier_view(result.points, rules, x, y, evidence=f"Evidence: {result.group.label}"))
+    else:
+        console().print(frontier_view(result.points, rules, x, y, evidence=f"Evidence: {result.group.label}"))
+    write_pictures(lambda charts: charts.frontier_chart(result, rules), html, png)
 
 
 @click.command(context_settings=CONTEXT)
 @source_option
+@picture_option(
+    "--html",
+    (".html", ".htm"),
+    "Also write the flowchart as an interactive page: a grid of family × metric, each cell the pick "
+    "(hover it for the test and the evidence); self-contained, it opens offline.",
+)
 @db_option
 @json_option
 @domain_errors
-def flowchart(source, db, as_json):
+def flowchart(source, html, db, as_json):
     """The recommendation tree: family → metric → optimizer → strategy, like the paper's Figure 1.
+
+    --html needs the plots extra: pip install 'advisor[plots]'.
 
     \b
     Examples:
         advisor flowchart
         advisor flowchart --source paper --json
+        advisor flowchart --source measured --html flowchart.html
     """
     from advisor.flowchart import summary, walk
     from advisor.report import flowchart_view
 
-    paths = walk(open_for_reading(db, source), source=source, rules=load_rules())
+    rules = load_rules()
+    paths = walk(open_for_reading(db, source), source=source, rules=rules)
+    if html and not any(p.answer for p in paths):
+        where = f" from source {source!r}" if source else ""
+        raise click.ClickException(
+            f"the knowledge base has no runs{where}: nothing to draw. Measure some with `advisor measure`."
+        )
     if as_json:
         echo_json({"paths": [p.as_dict() for p in paths], "summary": summary(paths)})
     else:
         console().print(flowchart_view(paths, summary(paths)))
+    write_pictures(lambda charts: charts.flowchart_chart(paths, summary(paths), rules), html)
 
 
 @click.command(context_settings=CONTEXT)

@@ -3,9 +3,11 @@ example becomes model input, how examples collate into a micro-batch, and its su
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from measure.tokenizer import BYTE_LEVEL, Tokenizer
 
 IGNORE = -100  # label of positions without a target (torch's cross-entropy ignore_index)
 
@@ -36,6 +38,34 @@ class Shape:
     num_labels: int = 10
     image_token_id: int | None = None  # vlm: the placeholder id the model replaces with image features
     image_tokens: int = 0  # vlm: placeholders per image
+    tokenizer: Tokenizer = BYTE_LEVEL  # a user's model: its own tokenizer, where its folder carries one
+    image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)  # pixel normalisation: a model's image processor's
+    image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
+
+
+DEFAULT_SHAPE = Shape()  # byte-level text, [-1, 1] pixels: what collate assumes unless told
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the run asks of the data shape (None: the model's or preset's): flags, and what the data and
+    the model's folder say."""
+
+    seq_len: int | None = None  # --seq-len
+    image_size: int | None = None  # --image-size
+    num_labels: int | None = None  # the classes the data's labels hold
+    tokenizer: Tokenizer | None = None  # the model's own, where its folder carries one
+    image_mean: tuple[float, ...] | None = None  # the model's image processor's, where it has one
+    image_std: tuple[float, ...] | None = None
+
+
+# The columns a family reads, by role, and the names a dataset may give them (first match wins).
+ROLE_COLUMNS = {
+    "text": ("text", "plot", "content", "sentence", "document", "body", "review", "overview", "caption"),
+    "image": ("image", "img", "poster", "picture", "photo"),
+    "label": ("label", "labels", "genre", "genres", "class", "category", "target"),
+    "caption": ("caption", "captions", "text", "description", "plot", "overview"),
+}
 
 
 class Family:
@@ -43,6 +73,7 @@ class Family:
 
     name: str = ""
     task: str = ""  # what it is trained on, for humans: "causal language modelling", ...
+    roles: tuple[str, ...] = ()  # the columns it reads (ROLE_COLUMNS): ("text",), ("image", "label"), ...
 
     def reference_config(self, preset: str):
         """(transformers config, Shape) of the family's reference model at a preset (tiny, small, paper)."""
@@ -56,11 +87,16 @@ class Family:
         """The data shape for a user's model of this family, from its config."""
         raise NotImplementedError
 
+    def sized(self, config, shape: Shape, sizes: Sizes, reference: bool):
+        """(config, shape) fitted to what the run asks: a reference model (random init) is built to the
+        sizes; a user's model takes them only where they agree with it (ValueError saying why not)."""
+        return config, shape
+
     def encode(self, shape: Shape, example: dict) -> dict:
-        """One raw example (plot, label, poster, caption) as model-ready fields."""
+        """One raw example (its role columns: text, image, label, caption) as model-ready fields."""
         raise NotImplementedError
 
-    def collate(self, rows: dict, rng: np.random.Generator) -> dict:
+    def collate(self, rows: dict, rng: np.random.Generator, shape: Shape = DEFAULT_SHAPE) -> dict:
         """Encoded rows as one micro-batch of numpy arrays, with `n_targets`: the positions the loss sums over."""
         raise NotImplementedError
 
@@ -97,7 +133,9 @@ class Family:
 
 
 class TextFamily(Family):
-    """A family trained on the plots' text alone (encoder, decoder): byte-level ids of varied length."""
+    """A family trained on text alone (encoder, decoder): documents of varied length."""
+
+    roles = ("text",)
 
     def fit_sizes(self, config) -> dict:
         longest = max_positions(config)
@@ -106,10 +144,15 @@ class TextFamily(Family):
     def shape_of(self, config) -> Shape:
         return Shape(seq_len=64, vocab_size=text_vocab(config))
 
-    def encode(self, shape: Shape, example: dict) -> dict:
-        from measure import data
+    def sized(self, config, shape, sizes, reference):
+        tokenizer = sizes.tokenizer or shape.tokenizer
+        seq = sizes.seq_len or shape.seq_len
+        fit_positions(config, seq, reference)
+        check_vocab(config, tokenizer)
+        return config, replace(shape, seq_len=seq, tokenizer=tokenizer)
 
-        return {"ids": data.plot_ids(example, shape.seq_len)}
+    def encode(self, shape: Shape, example: dict) -> dict:
+        return {"ids": shape.tokenizer.document(example["text"], shape.seq_len, example.get("keep", 1.0))}
 
 
 def from_config(auto_class, config, **kwargs):
@@ -130,9 +173,56 @@ def pad(seqs, value: int) -> np.ndarray:
     return np.array([s + [value] * (width - len(s)) for s in seqs], dtype=np.int64)
 
 
-def pixels(images) -> np.ndarray:
-    """uint8 (batch, 3, H, W) to float32 in [-1, 1], the ViT/SigLIP normalisation."""
-    return np.stack(list(images)).astype(np.float32) / 127.5 - 1.0
+def padded(seqs, value: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, attention mask), both (batch, longest): the mask from the lengths, since a tokenizer's pad id
+    may also be a real token (Llama pads with its end-of-text)."""
+    seqs = [list(s) for s in seqs]
+    mask = pad([[1] * len(s) for s in seqs], 0)
+    return pad(seqs, value), mask
+
+
+DEFAULT_NORM = (0.5, 0.5, 0.5)
+
+
+def pixels(images, mean=DEFAULT_NORM, std=DEFAULT_NORM) -> np.ndarray:
+    """uint8 (batch, 3, H, W) to normalised float32: the ViT/SigLIP [-1, 1] by default, else a model's
+    image processor's mean and std."""
+    x = np.stack(list(images)).astype(np.float32)
+    if tuple(mean) == DEFAULT_NORM and tuple(std) == DEFAULT_NORM:
+        return x / 127.5 - 1.0
+    shift, scale = (np.asarray(v, dtype=np.float32)[:, None, None] for v in (mean, std))
+    return (x / 255.0 - shift) / scale
+
+
+def side(size) -> int:
+    """An image or patch size as one side in pixels (configs give an int or a (height, width) pair)."""
+    return int(size[0] if isinstance(size, list | tuple) else size)
+
+
+def fit_positions(config, seq_len: int, reference: bool) -> None:
+    """A reference config grown to take seq_len positions; a user's model refused when it cannot."""
+    longest = max_positions(config)
+    if longest is None or seq_len <= longest:
+        return
+    if not reference:
+        raise ValueError(f"--seq-len {seq_len} is longer than this model takes ({longest} positions)")
+    text = getattr(config, "text_config", config)
+    text.max_position_embeddings = seq_len
+
+
+def check_vocab(config, tokenizer: Tokenizer) -> None:
+    """Refuse a tokenizer whose ids the model's embedding cannot hold."""
+    vocab = getattr(getattr(config, "text_config", config), "vocab_size", tokenizer.vocab_size)
+    if tokenizer.vocab_size <= vocab:
+        return
+    if tokenizer.hf is None:
+        raise ValueError(
+            f"the model's vocabulary ({vocab}) is smaller than the byte-level data's ({tokenizer.vocab_size}) "
+            "and its folder carries no tokenizer"
+        )
+    raise ValueError(
+        f"the tokenizer ({tokenizer.name}) has {tokenizer.vocab_size} tokens, more than the model's ({vocab})"
+    )
 
 
 def model_inputs(batch: dict) -> dict:
@@ -166,12 +256,7 @@ def token_ids(config, batch_size: int, seq_len: int):
 
 
 def text_vocab(config) -> int:
-    """A text model's vocabulary, refused when the byte-level data would not fit in it."""
+    """A text model's vocabulary (whether the run's tokenizer fits in it is `check_vocab`'s to say)."""
     from measure.tokenizer import BYTE_VOCAB
 
-    vocab = getattr(getattr(config, "text_config", config), "vocab_size", BYTE_VOCAB)
-    if vocab < BYTE_VOCAB:
-        raise ValueError(
-            f"the model's vocabulary ({vocab}) is smaller than the byte-level data's ({BYTE_VOCAB})"
-        )
-    return vocab
+    return getattr(getattr(config, "text_config", config), "vocab_size", BYTE_VOCAB)

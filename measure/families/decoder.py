@@ -6,16 +6,17 @@ import numpy as np
 
 from measure.families import register
 from measure.families.base import (
+    DEFAULT_SHAPE,
     IGNORE,
     TEXT_SIZES,
     Shape,
     TextFamily,
     model_inputs,
     next_tokens,
-    pad,
+    padded,
     token_ids,
 )
-from measure.tokenizer import BYTE_VOCAB, PAD, SPECIAL_IDS
+from measure.tokenizer import BYTE_VOCAB, SPECIAL_IDS
 
 
 def llama_text_config(preset: str):
@@ -51,7 +52,7 @@ def llama_text_config(preset: str):
 @register
 class Decoder(TextFamily):
     name = "decoder"
-    task = "causal language modelling on the plots"
+    task = "causal language modelling"
 
     def reference_config(self, preset):
         config = llama_text_config(preset)
@@ -63,9 +64,8 @@ class Decoder(TextFamily):
 
         return AutoModelForCausalLM
 
-    def collate(self, rows, rng):
-        ids = pad(rows["ids"], PAD)
-        mask = (ids != PAD).astype(np.int64)
+    def collate(self, rows, rng, shape=DEFAULT_SHAPE):
+        ids, mask = padded(rows["ids"], shape.tokenizer.pad)
         labels = np.where(mask == 1, ids, IGNORE)
         n_targets = int((labels[:, 1:] != IGNORE).sum())  # next-token targets
         return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": n_targets}

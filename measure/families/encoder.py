@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from measure.families import register
-from measure.families.base import IGNORE, TEXT_SIZES, Shape, TextFamily, model_inputs, pad, token_ids
-from measure.tokenizer import BOS, BYTE_VOCAB, EOS, MASK, PAD, SPECIAL_IDS
+from measure.families.base import (
+    DEFAULT_SHAPE,
+    IGNORE,
+    TEXT_SIZES,
+    Shape,
+    TextFamily,
+    model_inputs,
+    padded,
+    token_ids,
+)
+from measure.tokenizer import BOS, BYTE_VOCAB, EOS, SPECIAL_IDS
 
 MASK_RATE = 0.15  # the masked-LM convention (BERT, ModernBERT)
 BERT_IDS = dict(cls_token_id=BOS, sep_token_id=EOS, **SPECIAL_IDS)
@@ -15,7 +24,7 @@ BERT_IDS = dict(cls_token_id=BOS, sep_token_id=EOS, **SPECIAL_IDS)
 @register
 class Encoder(TextFamily):
     name = "encoder"
-    task = "masked language modelling on the plots"
+    task = "masked language modelling"
 
     def reference_config(self, preset):
         from transformers import ModernBertConfig
@@ -42,13 +51,20 @@ class Encoder(TextFamily):
 
         return AutoModelForMaskedLM
 
-    def collate(self, rows, rng):
-        ids = pad(rows["ids"], PAD)
-        mask = (ids != PAD).astype(np.int64)
-        chosen = (rng.random(ids.shape) < MASK_RATE) & (ids != PAD) & (ids != BOS) & (ids != EOS)
+    def sized(self, config, shape, sizes, reference):
+        config, shape = super().sized(config, shape, sizes, reference)
+        if shape.tokenizer.mask is None:
+            raise ValueError(f"the tokenizer ({shape.tokenizer.name}) has no mask token: masked LM needs one")
+        return config, shape
+
+    def collate(self, rows, rng, shape=DEFAULT_SHAPE):
+        tok = shape.tokenizer
+        ids, mask = padded(rows["ids"], tok.pad)
+        ordinary = (mask == 1) & ~np.isin(ids, list(tok.special))  # never mask a start, end or pad token
+        chosen = (rng.random(ids.shape) < MASK_RATE) & ordinary
         chosen[np.arange(len(ids)), 1] = True  # at least one target per sample
         labels = np.where(chosen, ids, IGNORE)
-        ids = np.where(chosen, MASK, ids)
+        ids = np.where(chosen, tok.mask, ids)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels, "n_targets": int(chosen.sum())}
 
     def predictions(self, model, batch):

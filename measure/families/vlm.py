@@ -1,27 +1,32 @@
-"""Vision-language models (nanoVLM as transformers expresses it: Idefics3/SmolVLM): poster captioning."""
+"""Vision-language models (nanoVLM as transformers expresses it: Idefics3/SmolVLM): image captioning."""
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
 
 from measure import data
 from measure.families import register
 from measure.families.base import (
+    DEFAULT_SHAPE,
     IGNORE,
     TEXT_SIZES,
     VISION_SIZES,
     Family,
     Shape,
+    check_vocab,
+    fit_positions,
     max_positions,
     model_inputs,
     next_tokens,
     pad,
+    padded,
     pixels,
+    side,
     text_vocab,
     token_ids,
 )
 from measure.families.decoder import llama_text_config
-from measure.tokenizer import BOS, PAD, SPECIAL_IDS
+from measure.tokenizer import SPECIAL_IDS
 
 PIXEL_SHUFFLE = 2  # nanoVLM's modality projector: 4 patches become one image token
 
@@ -29,7 +34,8 @@ PIXEL_SHUFFLE = 2  # nanoVLM's modality projector: 4 patches become one image to
 @register
 class VisionLanguage(Family):
     name = "vlm"
-    task = "captioning the posters"
+    task = "image captioning"
+    roles = ("image", "caption")
 
     def reference_config(self, preset):
         """SigLIP vision tower, pixel shuffle 2, Llama-style text model (paper: SigLIP-B/16-224 + SmolLM2-135M)."""
@@ -81,7 +87,7 @@ class VisionLanguage(Family):
 
     def _shape(self, config, seq: int) -> Shape:
         vision = config.vision_config
-        image = vision.image_size[0] if isinstance(vision.image_size, list | tuple) else vision.image_size
+        image = side(vision.image_size)
         scale = getattr(config, "scale_factor", 1)
         return Shape(
             seq_len=seq,
@@ -99,20 +105,42 @@ class VisionLanguage(Family):
     def shape_of(self, config):
         return self._shape(config, seq=64)
 
+    def sized(self, config, shape, sizes, reference):
+        size, seq = sizes.image_size or shape.image_size, sizes.seq_len or shape.seq_len
+        vision = config.vision_config
+        if reference:
+            patch = side(vision.patch_size)
+            if size % (patch * PIXEL_SHUFFLE):
+                raise ValueError(f"--image-size {size} is not a multiple of {patch * PIXEL_SHUFFLE} px")
+            vision.image_size = size
+        elif size != shape.image_size:
+            raise ValueError(
+                f"this model's vision tower takes {shape.image_size} px images, not --image-size {size}"
+            )
+        shape = self._shape(config, seq)
+        fit_positions(config, shape.image_tokens + seq + 1, reference)
+        tokenizer = sizes.tokenizer or shape.tokenizer
+        check_vocab(config, tokenizer)
+        norm = {k: v for k, v in (("image_mean", sizes.image_mean), ("image_std", sizes.image_std)) if v}
+        return config, replace(shape, tokenizer=tokenizer, **norm)
+
     def encode(self, shape, example):
-        caption = data.caption_ids(example)[: shape.seq_len - 1]
-        ids = [shape.image_token_id] * shape.image_tokens + [BOS] + caption
-        labels = [IGNORE] * (shape.image_tokens + 1) + caption  # loss on caption tokens only
+        tok = shape.tokenizer
+        start = [tok.bos] if tok.bos is not None else []
+        caption = tok.text(example["caption"], shape.seq_len - len(start))
+        ids = [shape.image_token_id] * shape.image_tokens + start + caption
+        labels = [IGNORE] * (shape.image_tokens + len(start)) + caption  # loss on caption tokens only
         return {"pixels": data.image(example, shape.image_size), "ids": ids, "labels": labels}
 
-    def collate(self, rows, rng):
-        ids = pad(rows["ids"], PAD)
+    def collate(self, rows, rng, shape=DEFAULT_SHAPE):
+        ids, mask = padded(rows["ids"], shape.tokenizer.pad)
         labels = pad(rows["labels"], IGNORE)
+        images = pixels(rows["pixels"], shape.image_mean, shape.image_std)
         return {
             "input_ids": ids,
-            "attention_mask": (ids != PAD).astype(np.int64),
+            "attention_mask": mask,
             "labels": labels,
-            "pixel_values": pixels(rows["pixels"])[:, None],  # (batch, images=1, 3, H, W)
+            "pixel_values": images[:, None],  # (batch, images=1, 3, H, W)
             "n_targets": int((labels[:, 1:] != IGNORE).sum()),
         }
 

@@ -39,7 +39,7 @@ def test_frontier_json_and_plot(invoke):
     assert on == {("sgd", "accumulation"), ("sgd", "checkpointing"), ("adagrad", "standard")}
     assert out["x"]["metric"] == "time" and out["y"]["metric"] == "loss"
     text = invoke("frontier", "--arch", "vision").output
-    assert "bold = on the Pareto frontier" in text and "adagrad" in text
+    assert "A* = point A is on the Pareto frontier" in text and "adagrad" in text
 
 
 def test_frontier_leaves_out_diverged(invoke):

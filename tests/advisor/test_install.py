@@ -28,7 +28,7 @@ def test_wheel_install_finds_kb_and_rules(tmp_path):
         "from advisor.cli import cli\ntry:\n cli()\nexcept SystemExit as e:\n assert not e.code, e.code\n"
         "import advisor.kb as k; print('KB', k.shipped_kb_path())"
     )
-    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "XDG_DATA_HOME": str(tmp_path / "data")}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert '"optimizer": "adam"' in out.stdout

@@ -38,13 +38,13 @@ class Recording(Reporter):
     def grid_start(self, total):
         self.events.append(("grid_start", total))
 
-    def cell_start(self, config, total_steps):
+    def cell_start(self, config, total_steps, key=None):
         self.events.append(("cell_start", config.label, total_steps))
 
-    def step(self, loss):
+    def step(self, loss, key=None):
         self.events.append(("step", loss))
 
-    def cell_end(self, result):
+    def cell_end(self, result, key=None):
         self.events.append(("cell_end", result.config.label, result.status))
 
 
@@ -115,7 +115,7 @@ def test_a_cell_killed_with_sigkill_is_crashed_and_the_grid_goes_on(tmp_path):
     configs = grid(["vit"], {"vit": ["adam", "adagrad", "adamw"]}, {"vit": ["standard"]}, [0], TINY)
 
     class KillTheSecond(Recording):
-        def cell_start(self, config, total_steps):
+        def cell_start(self, config, total_steps, key=None):
             super().cell_start(config, total_steps)
             if sum(e[0] == "cell_start" for e in self.events) == 2:  # its run is claimed: kill mid-cell
                 (owner,) = query(db, "SELECT owner FROM runs WHERE status = 'running'")[0]

@@ -1,0 +1,134 @@
+"""`advisor report`, and the picture files that `frontier --html/--png` and `flowchart --html` write.
+
+The plotting libraries (the `plots` extra: Altair, vl-convert, Jinja2) are imported here only when a
+picture is asked for: an answer in the terminal never loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from importlib.util import find_spec
+from pathlib import Path
+
+import click
+
+from advisor.cli.params import CONTEXT, db_option, domain_errors, open_for_reading, source_option
+from advisor.rules import load_rules
+
+PLOTS = ("altair", "vl_convert", "jinja2")  # what the plots extra installs, as imported
+
+
+def charts_module():
+    """advisor.charts, or one sentence saying how to install what drawing needs (exit 1)."""
+    missing = [m for m in PLOTS if find_spec(m) is None]
+    if missing:
+        raise click.ClickException(
+            f"drawing needs the plots extra ({', '.join(missing)} missing): pip install 'advisor[plots]'."
+        )
+    from advisor import charts
+
+    return charts
+
+
+def picture_option(flag: str, suffixes: tuple[str, ...], help: str):
+    """--html/--png FILE: a file (not a folder) whose name says what it holds."""
+
+    def check(ctx, param, value: Path | None):
+        """A name with another suffix is a usage error (exit 2): `--png plot.jpg` would mislead."""
+        if value is not None and value.suffix.lower() not in suffixes:
+            raise click.BadParameter(
+                f"{value} does not end in {' or '.join(suffixes)}: {flag} writes that kind of file "
+                f"(e.g. frontier{suffixes[0]}).",
+                ctx,
+                param,
+            )
+        return value
+
+    path = click.Path(dir_okay=False, path_type=Path)
+    return click.option(flag, type=path, metavar="FILE", callback=check, help=help)
+
+
+def write_pictures(draw, html: Path | None = None, png: Path | None = None) -> None:
+    """Draw the chart once (draw(charts) -> chart) and write it as interactive HTML and/or PNG."""
+    if not (html or png):
+        return
+    charts = charts_module()
+    chart = draw(charts)
+    if html:
+        html.write_text(charts.html_page(chart), encoding="utf-8")
+        click.echo(f"Wrote {html}: interactive HTML, opens offline in any browser.", err=True)
+    if png:
+        data = charts.png_bytes(chart)
+        png.write_bytes(data)
+        width, height = png_size(data)
+        click.echo(f"Wrote {png}: {width} × {height} px PNG.", err=True)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk, which always comes first."""
+    return struct.unpack(">II", data[16:24])
+
+
+def check_folder(out: Path) -> None:
+    """Refuse, before any work, a folder that cannot be made: one under a file, or in a read-only place."""
+    parent = next(p for p in [out, *out.parents] if p.exists())
+    if not parent.is_dir():
+        raise click.ClickException(
+            f"cannot use {out}: {parent} is a file, not a folder. Choose another --out."
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.ClickException(f"cannot write into {parent}: permission denied. Choose another --out.")
+
+
+def kb_label(db) -> str:
+    """Which KB the report is of, as a reader should see it named."""
+    if db or os.environ.get("ADVISOR_DB"):
+        return str(db or os.environ["ADVISOR_DB"])
+    from advisor.kb import places
+
+    where = places()
+    return "the shipped KB" + (f" and yours ({where['user_kb']})" if where["user_kb_exists"] else "")
+
+
+@click.command(context_settings=CONTEXT)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder to write the site into (created if missing). Only DIR/index.html and DIR/vega.js are "
+    "written; open index.html in a browser, no server or network needed.",
+)
+@source_option
+@db_option
+@domain_errors
+def report(out_dir, source, db):
+    """Write a static site of the knowledge base's answers, to read in a browser or put in a slide.
+
+    One page: the recommendation flowchart (family × metric → optimizer + strategy), every answer with its
+    interval, test, runners-up, exclusions and caveats, the Pareto frontiers of loss against time, memory
+    and utilization (hover a point for its interval, or an excluded one for why), the paper's claims with
+    their verdicts, advisor fit's cached predictions, and the provenance of each evidence group. Needs the
+    plots extra: pip install 'advisor[plots]'.
+
+    \b
+    Examples:
+        advisor report --out site/
+        advisor report --out site-measured/ --source measured
+        advisor report --out my-runs/ --db runs.sqlite
+    """
+    charts_module()  # say what is missing before any work
+    from advisor.site import NothingToReport, write_site
+
+    check_folder(out_dir)
+    conn = open_for_reading(db, source)
+    try:
+        index = write_site(conn, out_dir, load_rules(), source, kb_label(db))
+    except NothingToReport as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"Wrote {index}: open it in a browser (no server needed).")
+
+
+COMMANDS = [report]

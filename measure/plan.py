@@ -1,0 +1,362 @@
+"""`advisor measure --plan`: what a grid will cost before it is run, and how long it takes on W workers.
+
+Each cell's time comes, in order of trust, from
+1. measured evidence of the same cell (its key, any seed) on the target hardware: the median wall time,
+   claim to finish, of its `ok` runs in the KB (only when planning for this machine);
+2. `advisor fit`'s FLOPs per optimizer update, at the accelerator's peak times the MFU fit uses (measured
+   on it in the KB, else its default), or on a CPU at the median GFLOP/s achieved by runs measured on this
+   CPU (of the same model and preset where there are some); times the cell's updates, plus its held-out evaluations (a forward pass is a third of a step) and a
+   stated start-up cost (a fresh process imports torch and builds the model);
+and its memory from `advisor fit` (peak tensors + overhead) against the accelerator's. Cells predicted not
+to fit are flagged and left out of the makespan (they end in seconds). The makespan on W workers is the
+longest-processing-time-first schedule: cells sorted by time, each given to the least-loaded worker, which
+is within 4/3 of the optimum (Graham 1969); a lower bound, max(total / W, longest cell), is printed beside it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from advisor.schema import cell_key
+from measure.config import RunConfig
+
+STARTUP_S = 10.0  # a cell's fresh process: imports, model build, data (seconds; measured 1-8 s here)
+
+
+class PlanInputError(ValueError):
+    """A --plan that cannot be made as asked; `param` names the flag to fix."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class CellCost:
+    config: RunConfig  # resolved
+    seconds: float | None  # None: nothing to predict it from
+    memory_gb: float | None
+    fits: bool | None
+    source: str
+
+    def as_dict(self) -> dict:
+        c = self.config
+        return {
+            "model": c.model,
+            "preset": c.preset,
+            "optimizer": c.optimizer,
+            "strategy": c.strategy,
+            "seed": c.seed,
+            "predicted_s": self.seconds,
+            "memory_gb": self.memory_gb,
+            "fits": self.fits,
+            "source": self.source,
+        }
+
+
+@dataclass
+class Plan:
+    cells: list[CellCost]
+    target: str  # the accelerator planned for, in words
+    budget_gb: float
+    makespans: dict[int, float] = field(default_factory=dict)  # workers -> seconds (LPT)
+
+    @property
+    def runnable(self) -> list[float]:
+        return [c.seconds for c in self.cells if c.seconds is not None and c.fits is not False]
+
+    def lower_bound(self, workers: int) -> float:
+        costs = self.runnable
+        return max(sum(costs) / workers, max(costs, default=0.0))
+
+    def as_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "memory_gb": round(self.budget_gb, 2),
+            "cells": [c.as_dict() for c in self.cells],
+            "not_fitting": sum(c.fits is False for c in self.cells),
+            "unknown_cost": sum(c.seconds is None for c in self.cells),
+            "total_s": sum(self.runnable),
+            "makespan_s": {str(w): s for w, s in self.makespans.items()},
+            "lower_bound_s": {str(w): self.lower_bound(w) for w in self.makespans},
+            "assumptions": ASSUMPTIONS,
+        }
+
+
+ASSUMPTIONS = [
+    f"each cell pays {STARTUP_S:.0f} s to start (fresh process, imports, model build)",
+    "held-out evaluation: a forward pass costs a third of a training step per example",
+    "cells predicted not to fit are left out of the makespan; cells of unknown cost too (counted apart)",
+    "makespan: longest cell first to the least-loaded worker (within 4/3 of the optimum)",
+]
+
+
+def lpt_makespan(costs: list[float], workers: int) -> float:
+    """The longest-processing-time-first schedule's makespan of `costs` on `workers` identical workers."""
+    loads = [0.0] * workers
+    for cost in sorted(costs, reverse=True):
+        heapq.heapreplace(loads, loads[0] + cost)
+    return max(loads, default=0.0)
+
+
+def plan_cells(configs: list[RunConfig], rules, gpu: str | None, workers: list[int], db=None) -> Plan:
+    """Every cell's predicted time and memory on `gpu` (None: this machine), and the makespans."""
+    from advisor import accelerators
+    from advisor.fit import open_cache
+
+    try:
+        acc = accelerators.resolve(gpu or _this_accelerator(rules), rules)
+    except accelerators.UnknownAccelerator as e:
+        raise PlanInputError(str(e), "--gpu") from e
+    read, write_path = open_cache(db)
+    runs = _evidence(db)
+    evidence = _measured_times(runs, configs) if gpu is None else {}
+    rate = _cpu_gflops(runs) if acc.key == "cpu" else {}
+    fits = _fit_rows(configs, acc, rules, read, write_path)
+    cells = [_cost(c.resolved(), evidence, fits, rate) for c in configs]
+    plan = Plan(cells, acc.name, accelerators.memory_gb(acc))
+    plan.makespans = {w: lpt_makespan(plan.runnable, w) for w in workers}
+    return plan
+
+
+def _evidence(db):
+    """The runs to price cells from: --db's KB alone, else the shipped KB with the user's (None: none)."""
+    from advisor.kb import open_for_reading
+    from advisor.schema import KBError
+
+    try:
+        return open_for_reading(db)
+    except KBError:  # a KB that does not exist yet (measure creates it) has no evidence
+        return None
+
+
+def _this_accelerator(rules) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _measured_times(read, configs: list[RunConfig]) -> dict[str, tuple[float, int]]:
+    """cell key -> (median wall time from claim to finish, runs) of the cells' ok runs on this machine."""
+    from measure.hardware import describe, resolve_device
+
+    if read is None:
+        return {}
+    keys = {_key(c.resolved()) for c in configs}
+    hardware = describe(resolve_device("auto"))["hardware"]
+    rows = read.execute(
+        "SELECT cell_key, (julianday(finished_at) - julianday(started_at)) * 86400 FROM runs "
+        "WHERE status = 'ok' AND hardware = ? AND source = 'measured' AND finished_at IS NOT NULL",
+        [hardware],
+    ).fetchall()
+    times: dict[str, list[float]] = {}
+    for key, seconds in rows:
+        if key in keys and seconds is not None:
+            times.setdefault(key, []).append(seconds)
+    return {k: (statistics.median(v), len(v)) for k, v in times.items()}
+
+
+def _key(cfg: RunConfig) -> str:
+    from measure.hardware import resolve_device
+
+    return cell_key(replace(cfg, device=resolve_device(cfg.device)).as_dict())
+
+
+def _cpu_gflops(read) -> dict[tuple[str, str] | None, float]:
+    """The median GFLOP/s achieved by ok runs measured on this CPU, per (model, preset) and over all (None)."""
+    from measure.hardware import describe
+
+    if read is None:
+        return {}
+    rows = read.execute(
+        "SELECT r.model, r.preset, m.value FROM metrics m JOIN runs r ON r.id = m.run_id "
+        "WHERE m.name = 'achieved_gflops' AND r.status = 'ok' AND r.hardware = ?",
+        [describe("cpu")["hardware"]],
+    ).fetchall()
+    by: dict = {}
+    for model, preset, value in rows:
+        by.setdefault((model, preset), []).append(value)
+        by.setdefault(None, []).append(value)
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
+def _fit_rows(configs, acc, rules, read, write_path) -> dict[tuple, object]:
+    """(model, preset, batch, dtype, k, optimizer, strategy) -> (advisor fit's Row, its MFU), one fit per
+    model shape."""
+    from advisor.fit import FitError, FitInputError, fit, question
+
+    groups: dict[tuple, set[tuple[str, str]]] = {}
+    for cfg in (c.resolved() for c in configs):
+        groups.setdefault(_shape(cfg), set()).add((cfg.optimizer, cfg.strategy))
+    rows: dict[tuple, object] = {}
+    with tempfile.TemporaryDirectory(prefix="advisor-plan-") as tmp:
+        for shape, pairs in groups.items():
+            model, preset, batch, dtype, k, seq_len, image_size = shape
+            info, seq, image = _model_info(model, preset, rules, Path(tmp))
+            seq = seq_len if seq_len is not None else seq
+            image = image_size if image_size is not None else image
+            optimizers = tuple(sorted({o for o, _ in pairs}))
+            strategies = tuple(sorted({s for _, s in pairs}))
+            try:
+                q = question(
+                    info,
+                    rules,
+                    acc.key,
+                    None,
+                    batch,
+                    seq,
+                    image,
+                    dtype,
+                    k,
+                    optimizers,
+                    strategies,
+                )
+                answer = fit(q, rules, read, write_path)
+            except FitInputError as e:
+                raise PlanInputError(str(e), e.param) from e
+            except FitError as e:
+                raise PlanInputError(f"cannot plan {model}: {e}", "--model") from e
+            rows.update({(*shape, r.optimizer, r.strategy): (r, answer.mfu) for r in answer.rows})
+    return rows
+
+
+def _shape(cfg: RunConfig) -> tuple:
+    """What a fit question depends on besides the optimizer and strategy (a resolved cell)."""
+    return (
+        cfg.model,
+        cfg.preset,
+        cfg.batch_size,
+        cfg.dtype,
+        cfg.accumulation_steps,
+        cfg.seq_len,
+        cfg.image_size,
+    )
+
+
+def _model_info(model: str, preset: str, rules, tmp: Path):
+    """fit's ModelInfo of a cell's model at its preset, with its sequence length and image size."""
+    from advisor.fit import model_info
+    from measure.families import family
+
+    reference = rules.reference_models().get(model)
+    if not reference:
+        info = model_info(model, rules)
+        return info, None, None
+    config, shape = family(reference, rules).reference_config(preset)
+    folder = tmp / f"{model}-{preset}"
+    folder.mkdir(exist_ok=True)
+    config.to_json_file(folder / "config.json")
+    info = replace(model_info(str(folder), rules), name=model)  # named as the user typed it, in messages
+    seq = shape.seq_len if info.text else None
+    image = shape.image_size if info.task in ("vision", "vlm") else None
+    return info, seq, image
+
+
+def _cost(cfg: RunConfig, evidence: dict, fits: dict, cpu_gflops: dict) -> CellCost:
+    row, mfu = fits[(*_shape(cfg), cfg.optimizer, cfg.strategy)]
+    memory, ok = row.memory_gb["total"], row.fits
+    measured = evidence.get(_key(cfg)) if evidence else None
+    if measured:
+        seconds, n = measured
+        return CellCost(
+            cfg,
+            seconds,
+            memory,
+            ok,
+            f"measured: the median wall time of {n} ok run{'s' * (n > 1)} of the cell here",
+        )
+    step_s, source = row.predicted_step_s, f"fit: advisor fit's FLOPs per update at peak × MFU {mfu:.0%}"
+    rate = cpu_gflops.get((cfg.model, cfg.preset))
+    where = f"{cfg.model}/{cfg.preset}"
+    if rate is None:
+        rate, where = cpu_gflops.get(None), "any model"
+    if step_s is None and rate:
+        step_s = row.step_flops / (rate * 1e9)
+        source = (
+            f"fit: advisor fit's FLOPs per update at the {rate:.1f} GFLOP/s measured on this CPU ({where})"
+        )
+    if step_s is None:
+        return CellCost(
+            cfg,
+            None,
+            memory,
+            ok,
+            "unknown: the accelerator states no peak FLOP/s and no run was measured on it",
+        )
+    return CellCost(cfg, _cell_seconds(cfg, step_s), memory, ok, source)
+
+
+def _cell_seconds(cfg: RunConfig, step_s: float) -> float:
+    """Start-up, every optimizer update, and the held-out evaluations of the fair protocol."""
+    updates = cfg.epochs * cfg.updates_per_epoch
+    train = updates * step_s
+    if cfg.protocol != "fair":
+        return STARTUP_S + train
+    checks = cfg.epochs * (math.ceil(cfg.updates_per_epoch / 4) + 1)
+    per_example = step_s / (cfg.batch_size * cfg.window) / 3
+    return STARTUP_S + train + checks * cfg.eval_examples * per_example
+
+
+def hours(seconds: float) -> str:
+    """A duration as people read it: s, min or h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_view(plan: Plan):
+    """The cells (seeds folded into one row), the flags, and the makespan per worker count."""
+    table = Table(title=f"Plan on {plan.target} ({plan.budget_gb:.0f} GB)", title_justify="left")
+    for name in ("model", "optimizer", "strategy", "seeds", "per cell", "GB", "fits", "from"):
+        right = name in ("seeds", "per cell", "GB")
+        table.add_column(name, justify="right" if right else "left", no_wrap=not right)
+    rows: dict[tuple, list[CellCost]] = {}
+    for cell in plan.cells:
+        c = cell.config
+        rows.setdefault((c.model, c.preset, c.optimizer, c.strategy), []).append(cell)
+    for (model, preset, optimizer, strategy), cells in rows.items():
+        first = cells[0]
+        fits = {True: "yes", False: "[red]NO[/]", None: "?"}[first.fits]
+        seconds = "?" if first.seconds is None else hours(first.seconds)
+        memory = "?" if first.memory_gb is None else f"{first.memory_gb:.2f}"
+        table.add_row(
+            f"{model}/{preset}" if "/" not in model else Path(model).name,
+            optimizer,
+            strategy,
+            str(len(cells)),
+            seconds,
+            memory,
+            fits,
+            first.source.split(":")[0],
+        )
+    lines = [table]
+    for source in sorted({c.source for c in plan.cells}):
+        lines.append(Text(f"{source.split(':')[0]}: {source.split(':', 1)[-1].strip()}", style="dim"))
+    bad = sum(c.fits is False for c in plan.cells)
+    if bad:
+        lines.append(Text(f"{bad} cells predicted not to fit: they would end out of memory.", style="red"))
+    unknown = sum(c.seconds is None for c in plan.cells)
+    if unknown:
+        lines.append(Text(f"{unknown} cells of unknown cost (left out of the makespan)."))
+    total = sum(plan.runnable)
+    lines.append(Text(f"{len(plan.runnable)} cells to run, {hours(total)} of work in all."))
+    for workers, span in plan.makespans.items():
+        bound = plan.lower_bound(workers)
+        lines.append(
+            Text(
+                f"Makespan on {workers} worker{'s' * (workers > 1)}: {hours(span)} (at least {hours(bound)})"
+            )
+        )
+    lines.append(Text("Assumptions: " + "; ".join(ASSUMPTIONS) + ".", style="dim"))
+    return Group(*lines)
