@@ -34,12 +34,15 @@ class Merged:
     added: int = 0
     skipped: int = 0
     conflicts: list[str] = field(default_factory=list)  # 'uid …: status ok here, crashed in FILE'
+    repeats: int = 0  # runs of a cell, seed and hardware that already has an outcome: a repeat, not a seed
 
 
 def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
     """Unite KBs into the one at db_path by run identity (uid), in one transaction: runs it lacks are added
     with their provenance; runs it holds are skipped, and those that differ (status, figures) are reported
-    as conflicts, never overwritten. Merging the same files twice changes nothing the second time."""
+    as conflicts, never overwritten. A run of a cell, seed and hardware that already ended (ok, oom, ...)
+    is a repeat, left out as `measure` would skip it: the same seed twice is not two seeds. Merging the same
+    files twice changes nothing the second time."""
     from advisor.kb import export_runs, export_validations
     from advisor.schema import connect_readonly
 
@@ -54,6 +57,7 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
     with store.writing(db_path) as conn:
         uids = [r["uid"] for _, file_runs, _ in loaded for r in file_runs]
         mine = {uid: (digest, "here") for uid, digest in store.run_digests(conn, uids)}
+        ended = store.ended_cells(conn)
         runs, validations = [], []
         for path, file_runs, file_validations in loaded:
             for run in file_runs:
@@ -64,6 +68,12 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
                         f"run {run['uid']} ({run['status']} in {path}) differs from the one {where}: kept"
                     )
                     continue
+                cell = store.cell_of(run)
+                if run["uid"] not in mine and cell in ended:  # as claim_run: one outcome per cell and seed
+                    out.repeats += 1
+                    continue
+                if cell is not None:
+                    ended.add(cell)
                 mine.setdefault(run["uid"], (digest, f"in {path}"))
                 runs.append(run)
             validations += file_validations

@@ -41,14 +41,26 @@ def user_kb_path() -> Path:
 
 def resolve_write_path(db: str | os.PathLike | None) -> Path:
     """The KB a command writes: --db, then $ADVISOR_DB, then the user's KB (its folder created). Never the
-    shipped KB, which is package data."""
-    if db:
-        return Path(db)
-    if os.environ.get("ADVISOR_DB"):
-        return Path(os.environ["ADVISOR_DB"])
+    shipped KB, which is package data: naming it is refused with a KBError."""
+    named = db or os.environ.get("ADVISOR_DB")
+    if named:
+        if _same_file(Path(named), shipped_kb_path()):
+            raise KBError(
+                f"{named} is the shipped KB, the package's own data: write your own KB (the default; "
+                "`advisor kb path` says where) or another --db. `advisor kb build --shipped` rebuilds it from "
+                "kb/sources/."
+            )
+        return Path(named)
     path = user_kb_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.exists() and path.samefile(other)
+    except OSError:
+        return False
 
 
 def places() -> dict[str, str | bool | None]:

@@ -465,6 +465,24 @@ def claim_run(
         return insert_run(conn, row), None
 
 
+def cell_of(run: dict) -> tuple | None:
+    """(source, cell key, seed, hardware) of a run that ended with an outcome a re-run would repeat."""
+    if run.get("status") not in FINAL or not run.get("cell_key") or run.get("seed") is None:
+        return None
+    return (run["source"], run["cell_key"], run["seed"], run["hardware"])
+
+
+def ended_cells(conn: sqlite3.Connection) -> set[tuple]:
+    """cell_of every run of a KB: the cells, seeds and hardware that already have an outcome."""
+    marks = ", ".join("?" * len(FINAL))
+    rows = conn.execute(
+        "SELECT source, cell_key, seed, hardware FROM runs WHERE cell_key IS NOT NULL AND seed IS NOT NULL "
+        f"AND status IN ({marks})",
+        FINAL,
+    )
+    return {tuple(row) for row in rows}
+
+
 def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> int:
     """Runs left `running` by an owner that no longer holds them become `crashed`. Returns how many."""
     with transaction(conn):

@@ -281,10 +281,11 @@ def _record(ray, ref, flight: _Flight, conn) -> CellResult:
         return _ended(
             conn, flight, "oom", f"out of memory: Ray's memory monitor killed the cell ({_first_line(e)})"
         )
-    except ray.exceptions.RayError as e:
-        why = (
-            f"the cell's Ray task failed after {TASK_RETRIES} retries ({type(e).__name__}: {_first_line(e)})"
-        )
+    except ray.exceptions.RayTaskError as e:  # the task's own code raised (not retried): a bug, said
+        return _ended(conn, flight, "failed", f"the cell's Ray task raised: {_first_line(e)}")
+    except ray.exceptions.RayError as e:  # its worker or node died on every try
+        tries = 1 + TASK_RETRIES
+        why = f"the cell's Ray worker died on each of {tries} tries ({type(e).__name__}: {_first_line(e)})"
         return _ended(conn, flight, "crashed", why)
     outcome: CellOutcome = out["outcome"]
     fields = {k: out["machine"][k] for k in MACHINE_KEYS if out["machine"].get(k) != flight.run.get(k)}

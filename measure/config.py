@@ -116,6 +116,16 @@ class RunConfig:
             out["lr_grid"] = list(out["lr_grid"])
         return out
 
+    def cell_key(self) -> str:
+        """The key of the cell this configuration is (seed excluded): the same on every host. The data is keyed
+        by its identity (data_id: a revision or a content hash); how it was asked for, where it was read and
+        what happened resolving it (a path, a fallback's note) are recorded, not keyed: the same data keys the
+        same cell at any path, and the generated corpus the same with or without a fallback."""
+        from advisor.schema import cell_key
+
+        recorded = ("data", "data_path", "data_note")
+        return cell_key({k: v for k, v in self.as_dict().items() if k not in recorded})
+
     def settings(self) -> str:
         """What this (unresolved) configuration changes from its protocol's defaults, for the runs table.
 

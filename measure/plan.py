@@ -22,11 +22,11 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from advisor.schema import cell_key
 from measure.config import RunConfig
 
 STARTUP_S = 10.0  # a cell's fresh process: imports, model build, data (seconds; measured 1-8 s here)
@@ -47,6 +47,7 @@ class CellCost:
     memory_gb: float | None
     fits: bool | None
     source: str
+    done: bool = False  # already ended in the KB measure writes, on this hardware: measure skips it
 
     def as_dict(self) -> dict:
         c = self.config
@@ -60,6 +61,7 @@ class CellCost:
             "memory_gb": self.memory_gb,
             "fits": self.fits,
             "source": self.source,
+            "done": self.done,
         }
 
 
@@ -72,7 +74,8 @@ class Plan:
 
     @property
     def runnable(self) -> list[float]:
-        return [c.seconds for c in self.cells if c.seconds is not None and c.fits is not False]
+        """The predicted times of the cells measure would run: not done, predicted to fit, of known cost."""
+        return [c.seconds for c in self.cells if c.seconds is not None and c.fits is not False and not c.done]
 
     def lower_bound(self, workers: int) -> float:
         costs = self.runnable
@@ -84,6 +87,7 @@ class Plan:
             "memory_gb": round(self.budget_gb, 2),
             "cells": [c.as_dict() for c in self.cells],
             "not_fitting": sum(c.fits is False for c in self.cells),
+            "done": sum(c.done for c in self.cells),
             "unknown_cost": sum(c.seconds is None for c in self.cells),
             "total_s": sum(self.runnable),
             "makespan_s": {str(w): s for w, s in self.makespans.items()},
@@ -95,8 +99,9 @@ class Plan:
 ASSUMPTIONS = [
     f"each cell pays {STARTUP_S:.0f} s to start (fresh process, imports, model build)",
     "held-out evaluation: a forward pass costs a third of a training step per example",
-    "cells predicted not to fit are left out of the makespan; cells of unknown cost too (counted apart)",
-    "makespan: longest cell first to the least-loaded worker (within 4/3 of the optimum)",
+    "cells predicted not to fit, cells of unknown cost and cells already done are left out (counted apart)",
+    "makespan: longest cell first to the least-loaded worker, within 4/3 of the optimum; advisor measure runs "
+    "cells in a shuffled order instead (drift must not follow a configuration), within 2 - 1/W of it",
 ]
 
 
@@ -117,12 +122,20 @@ def plan_cells(configs: list[RunConfig], rules, gpu: str | None, workers: list[i
         acc = accelerators.resolve(gpu or _this_accelerator(rules), rules)
     except accelerators.UnknownAccelerator as e:
         raise PlanInputError(str(e), "--gpu") from e
+    if gpu is None and any(c.device == "cuda" for c in configs) and _this_accelerator(rules) == "cpu":
+        raise PlanInputError(
+            "--device cuda, but this machine has no GPU: pass --gpu NAME, the accelerator the cells will run on.",
+            "--gpu",
+        )
     read, write_path = open_cache(db)
     runs = _evidence(db)
     evidence = _measured_times(runs, configs) if gpu is None else {}
     rate = _cpu_gflops(runs) if acc.key == "cpu" else {}
     fits = _fit_rows(configs, acc, rules, read, write_path)
     cells = [_cost(c.resolved(), evidence, fits, rate) for c in configs]
+    done = _done(read, configs) if gpu is None else set()
+    for cell in cells if done else ():
+        cell.done = (_key(cell.config), cell.config.seed) in done
     plan = Plan(cells, acc.name, accelerators.memory_gb(acc))
     plan.makespans = {w: lpt_makespan(plan.runnable, w) for w in workers}
     return plan
@@ -143,6 +156,22 @@ def _this_accelerator(rules) -> str:
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _done(read, configs: list[RunConfig]) -> set[tuple[str, int]]:
+    """(cell key, seed) of the cells that already ended (ok, oom, diverged, untrained) on this machine in the
+    KB measure writes: it would skip them."""
+    from advisor.store import FINAL
+    from measure.hardware import describe, resolve_device
+
+    if read is None:
+        return set()
+    hardware = describe(resolve_device("auto"))["hardware"]
+    rows = read.execute(
+        f"SELECT cell_key, seed FROM runs WHERE hardware = ? AND status IN ({','.join('?' * len(FINAL))})",
+        [hardware, *FINAL],
+    ).fetchall()
+    return {tuple(row) for row in rows}  # sqlite3.Row compares to no tuple
 
 
 def _measured_times(read, configs: list[RunConfig]) -> dict[str, tuple[float, int]]:
@@ -168,7 +197,7 @@ def _measured_times(read, configs: list[RunConfig]) -> dict[str, tuple[float, in
 def _key(cfg: RunConfig) -> str:
     from measure.hardware import resolve_device
 
-    return cell_key(replace(cfg, device=resolve_device(cfg.device)).as_dict())
+    return replace(cfg, device=resolve_device(cfg.device)).cell_key()
 
 
 def _cpu_gflops(read) -> dict[tuple[str, str] | None, float]:
@@ -316,47 +345,63 @@ def hours(seconds: float) -> str:
 
 
 def plan_view(plan: Plan):
-    """The cells (seeds folded into one row), the flags, and the makespan per worker count."""
-    table = Table(title=f"Plan on {plan.target} ({plan.budget_gb:.0f} GB)", title_justify="left")
-    for name in ("model", "optimizer", "strategy", "seeds", "per cell", "GB", "fits", "from"):
-        right = name in ("seeds", "per cell", "GB")
-        table.add_column(name, justify="right" if right else "left", no_wrap=not right)
+    """The cells (seeds folded into one row), where their costs come from, and what they add up to."""
+    sources = [Text(f"{s.split(':')[0]}: {s.split(':', 1)[-1].strip()}", style="dim") for s in _sources(plan)]
+    return Group(_cells_table(plan), *sources, *_totals(plan))
+
+
+def _sources(plan: Plan) -> list[str]:
+    return sorted({c.source for c in plan.cells})
+
+
+def _cells_table(plan: Plan) -> Table:
+    """One row per model × optimizer × strategy (its seeds folded), narrow enough for 80 columns."""
+    title = f"Plan on {plan.target} ({plan.budget_gb:.0f} GB; ✗: predicted not to fit)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    any_done = any(c.done for c in plan.cells)
+    for name in ("model", "optimizer", "strategy", "seeds", *["done"] * any_done, "time", "GB", "from"):
+        right = name in ("seeds", "done", "time", "GB")
+        wraps = name == "strategy"  # "checkpointing +" / "accumulation" on two lines
+        table.add_column(name, justify="right" if right else "left", no_wrap=not wraps, min_width=15 * wraps)
     rows: dict[tuple, list[CellCost]] = {}
     for cell in plan.cells:
         c = cell.config
         rows.setdefault((c.model, c.preset, c.optimizer, c.strategy), []).append(cell)
     for (model, preset, optimizer, strategy), cells in rows.items():
         first = cells[0]
-        fits = {True: "yes", False: "[red]NO[/]", None: "?"}[first.fits]
-        seconds = "?" if first.seconds is None else hours(first.seconds)
         memory = "?" if first.memory_gb is None else f"{first.memory_gb:.2f}"
         table.add_row(
             f"{model}/{preset}" if "/" not in model else Path(model).name,
             optimizer,
-            strategy,
+            strategy.replace("+", " + "),
             str(len(cells)),
-            seconds,
-            memory,
-            fits,
+            *[str(sum(c.done for c in cells))] * any_done,
+            "?" if first.seconds is None else hours(first.seconds),
+            f"[red]{memory} ✗[/]" if first.fits is False else memory,  # a mark that survives piping
             first.source.split(":")[0],
         )
-    lines = [table]
-    for source in sorted({c.source for c in plan.cells}):
-        lines.append(Text(f"{source.split(':')[0]}: {source.split(':', 1)[-1].strip()}", style="dim"))
+    return table
+
+
+def _totals(plan: Plan) -> list[Text]:
+    """The cells left out and why, the work left, and the makespan per worker count."""
+    lines = []
     bad = sum(c.fits is False for c in plan.cells)
     if bad:
         lines.append(Text(f"{bad} cells predicted not to fit: they would end out of memory.", style="red"))
+    done = sum(c.done for c in plan.cells)
+    if done:
+        lines.append(Text(f"{done} cells already ended in the KB measure writes: it skips them."))
     unknown = sum(c.seconds is None for c in plan.cells)
+    known = " (of the cells of known cost)" if unknown else ""
     if unknown:
-        lines.append(Text(f"{unknown} cells of unknown cost (left out of the makespan)."))
-    total = sum(plan.runnable)
-    lines.append(Text(f"{len(plan.runnable)} cells to run, {hours(total)} of work in all."))
+        lines.append(Text(f"{unknown} cells of unknown cost: the makespan leaves them out.", style="yellow"))
+    lines.append(
+        Text(f"{len(plan.runnable)} cells to run{known}, {hours(sum(plan.runnable))} of work in all.")
+    )
     for workers, span in plan.makespans.items():
-        bound = plan.lower_bound(workers)
-        lines.append(
-            Text(
-                f"Makespan on {workers} worker{'s' * (workers > 1)}: {hours(span)} (at least {hours(bound)})"
-            )
-        )
+        bound = hours(plan.lower_bound(workers))
+        plural = "s" * (workers > 1)
+        lines.append(Text(f"Makespan on {workers} worker{plural}{known}: {hours(span)} (at least {bound})"))
     lines.append(Text("Assumptions: " + "; ".join(ASSUMPTIONS) + ".", style="dim"))
-    return Group(*lines)
+    return lines

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from advisor import store
-from advisor.schema import KBError, cell_key
+from advisor.schema import KBError
 from measure.config import RunConfig
 from measure.hardware import describe, owner, pid_alive, resolve_device
 from measure.progress import Reporter
@@ -215,7 +215,7 @@ def cell_run(cfg: RunConfig, settings: str, machine: dict, rules=None) -> dict:
     reference = cfg.model in rules.reference_models()
     return {
         "source": TUNING_SOURCE if cfg.role == "tuning" else SOURCE,
-        "cell_key": cell_key(cfg.as_dict()),
+        "cell_key": cfg.cell_key(),
         "seed": cfg.seed,
         "model": cfg.model,
         "family": resolve_model(cfg.model, rules).family.name,

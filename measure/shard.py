@@ -13,7 +13,6 @@ import os
 import re
 from dataclasses import dataclass
 
-from advisor.schema import cell_key
 from measure.config import RunConfig
 
 
@@ -37,7 +36,7 @@ class Shard:
 
 
 def _digest(cfg: RunConfig) -> str:
-    key = f"{cell_key(cfg.resolved().as_dict())}:{cfg.seed}"
+    key = f"{cfg.resolved().cell_key()}:{cfg.seed}"
     return hashlib.sha256(key.encode()).hexdigest()
 
 

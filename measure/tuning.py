@@ -77,7 +77,7 @@ def tune(
 
 def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path, rules) -> Tuned:
     """The rate whose tuning run ended ok with the lowest final held-out loss, read back from the KB."""
-    from advisor.schema import cell_key, connect_readonly
+    from advisor.schema import connect_readonly
     from measure.hardware import describe, resolve_device
     from measure.runner import TUNING_SOURCE
 
@@ -93,7 +93,7 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path, rules) -> Tu
                 "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
                 "FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND r.hardware = ? "
                 "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.id DESC LIMIT 1",
-                [TUNING_SOURCE, cell_key(cfg.as_dict()), cfg.seed, hardware],
+                [TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware],
             ).fetchone()
             if row is None:
                 tried[lr] = "not run"

@@ -221,9 +221,14 @@ def merge(files, db):
     merged = merge_kbs(path, list(files))
     for conflict in merged.conflicts:
         click.echo(f"conflict: {conflict}", err=True)
+    repeats = (
+        f", {merged.repeats} repeats of a cell and seed already measured on that hardware left out"
+        if merged.repeats
+        else ""
+    )
     click.echo(
         f"Merged {len(files)} KB{'s' if len(files) > 1 else ''} into {path}: {merged.added} runs added, "
-        f"{merged.skipped} already there, {len(merged.conflicts)} conflicts."
+        f"{merged.skipped} already there, {len(merged.conflicts)} conflicts{repeats}."
     )
 
 

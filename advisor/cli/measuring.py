@@ -157,7 +157,8 @@ def preset_option(default: str):
 @click.option(
     "--cpus-per-cell",
     type=click.IntRange(min=1),
-    help="With --executor ray: CPUs a cell asks for (default: one GPU node's worth of 1, or a whole CPU node).",
+    help="With --executor ray: CPUs a cell asks for (default: 1 beside its GPU; on CPU nodes, all the "
+    "CPUs of the smallest node, so that no two cells share a node's cores).",
 )
 @click.option(
     "--shard",
@@ -170,7 +171,8 @@ def preset_option(default: str):
     "plan_only",
     is_flag=True,
     help="Train nothing: list the cells with their predicted time and memory (advisor fit, or this "
-    "machine's measured runs), flag those predicted not to fit, and print the makespan on --workers.",
+    "machine's measured runs), flag those predicted not to fit and those already done, and print the "
+    "makespan on --workers (fit's traces are cached in the KB, as `advisor fit` does).",
 )
 @click.option(
     "--workers",
@@ -257,6 +259,12 @@ def measure(
     for name in models:  # a model that cannot be resolved offline is the user's to fix, before torch loads
         if name != "all":
             resolve_model(name, rules)
+        if executor == "ray" and not plan_only and name != "all" and name not in rules.reference_models():
+            raise click.BadParameter(
+                f"--executor ray runs the reference models ({', '.join(rules.reference_models())}); {name} runs "
+                "with --executor local, which first predicts whether it fits the machine it runs on.",
+                param_hint="'--model'",
+            )
     require_measure_side()
     from measure.config import RunConfig
     from measure.grid import run_grid

@@ -82,3 +82,17 @@ def test_merge_bad_input(invoke, tmp_path):
     target = kb_with(tmp_path / "self.sqlite", [run("s1", "CPU")])
     same = invoke("kb", "merge", target, "--db", target)
     assert same.exit_code == 2 and "is the KB merged into" in same.output
+
+
+def test_a_cell_and_seed_measured_twice_on_one_hardware_is_merged_once(invoke, tmp_path):
+    """Two KBs that each ran the same cell, seed and hardware (two users, or a shard run twice): the second
+    run is a repeat of an outcome, not another seed, and is left out, as `measure` would skip it."""
+    a = kb_with(tmp_path / "a.sqlite", [run("a0", "CPU: laptop"), run("a1", "CPU: laptop")])
+    b = kb_with(tmp_path / "b.sqlite", [run("b0", "CPU: laptop", loss=1.2), run("b2", "CPU: laptop")])
+    target = tmp_path / "t.sqlite"
+    result = invoke("kb", "merge", a, b, "--db", target)
+    assert result.exit_code == 0 and "1 repeats of a cell and seed" in result.output
+    assert [uid for uid, _, _ in dump(target)[0]] == ["a0", "a1", "b2"]
+    again = invoke("kb", "merge", b, "--db", target)
+    assert "1 already there" in again.output and "1 repeats" in again.output
+    assert len(dump(target)[0]) == 3

@@ -106,3 +106,15 @@ def test_a_group_is_selected_by_its_id_and_disagreeing_groups_are_shown(invoke, 
     none = invoke("recommend", "--arch", "vit", "--hardware", "CPU: nowhere")
     assert none.exit_code == 1 and "matching --hardware CPU: nowhere" in " ".join(none.output.split())
     assert invoke("recommend", "--arch", "vit", "--group", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("how", ["--db", "ADVISOR_DB"])
+def test_naming_the_shipped_kb_as_the_one_to_write_is_refused(invoke, tmp_path, monkeypatch, how):
+    other = tmp_path / "other.sqlite"
+    assert invoke("kb", "build", "-o", other).exit_code == 0
+    if how == "--db":
+        result = invoke("kb", "merge", other, "--db", SHIPPED_KB)
+    else:
+        monkeypatch.setenv("ADVISOR_DB", str(SHIPPED_KB))
+        result = invoke("kb", "merge", other)
+    assert result.exit_code == 1 and "is the shipped KB" in result.output and "Traceback" not in result.output

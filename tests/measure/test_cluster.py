@@ -146,3 +146,9 @@ def test_without_ray_the_executor_says_how_to_install_it(measure_tiny, tmp_path,
     )
     result = measure_tiny(tmp_path / "x.sqlite", "--executor", "ray")
     assert result.exit_code == 1 and "pip install 'advisor[cluster]'" in result.output
+
+
+def test_a_model_of_ones_own_runs_with_the_local_executor(invoke, tmp_path):
+    model = "tests/fixtures/configs/Qwen2-0.5B"
+    result = invoke("measure", "--model", model, "--executor", "ray", "--db", tmp_path / "x.sqlite")
+    assert result.exit_code == 2 and "runs with --executor local" in result.output

@@ -429,3 +429,26 @@ def test_generated_data_keeps_the_cell_keys_of_runs_measured_before_data_existed
     before = RunConfig(preset="tiny").resolved()
     after = replace(before, **resolve("generated").config_fields())
     assert cell_key(after.as_dict()) == cell_key(before.as_dict())
+
+
+def test_the_same_data_at_another_path_or_after_a_fallback_is_the_same_cell(tmp_path):
+    from dataclasses import replace
+
+    from measure.config import RunConfig
+    from measure.sources import DataChoice, resolve
+
+    first, second = tmp_path / "a" / "corpus.jsonl", tmp_path / "b" / "corpus.jsonl"
+    for path in (first, second):
+        path.parent.mkdir()
+        write_corpus(path)
+    base = RunConfig(model="llama", preset="tiny").resolved()
+    here, there = (replace(base, **resolve(str(p)).config_fields()) for p in (first, second))
+    assert here.data_path != there.data_path and here.cell_key() == there.cell_key()
+    fallback = DataChoice(
+        "generated", None, "generated", "asked for mmimdb; hub unreachable: generated data instead"
+    )
+    assert replace(base, **fallback.config_fields()).cell_key() == base.cell_key()
+    other = tmp_path / "c" / "corpus.jsonl"
+    other.parent.mkdir()
+    write_corpus(other, n=41)
+    assert replace(base, **resolve(str(other)).config_fields()).cell_key() != here.cell_key()

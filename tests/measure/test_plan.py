@@ -31,10 +31,15 @@ def test_a_plan_trains_nothing_and_prices_measured_cells_from_their_runs(measure
     assert len(runs(db)) == 1, "--plan trains nothing"
     by = {c["strategy"]: c for c in plan["cells"]}
     assert by["standard"]["source"].startswith("measured") and measured["status"] == "ok"
+    assert by["standard"]["done"] and plan["done"] == 1, "measure would skip it: no work left there"
     assert by["checkpointing"]["source"].startswith("fit") and by["checkpointing"]["predicted_s"] > 0
-    total = sum(c["predicted_s"] for c in plan["cells"])
-    assert plan["makespan_s"]["1"] == pytest.approx(total)
-    assert plan["makespan_s"]["2"] == pytest.approx(max(c["predicted_s"] for c in plan["cells"]))
+    assert not by["checkpointing"]["done"]
+    assert (
+        plan["makespan_s"]["1"]
+        == plan["makespan_s"]["2"]
+        == pytest.approx(by["checkpointing"]["predicted_s"])
+    )
+    assert plan["total_s"] == pytest.approx(by["checkpointing"]["predicted_s"])
 
 
 def test_cells_predicted_not_to_fit_are_flagged_and_left_out(invoke, tmp_path):
@@ -53,7 +58,7 @@ def test_cells_predicted_not_to_fit_are_flagged_and_left_out(invoke, tmp_path):
         tmp_path / "p.sqlite",
     )
     assert result.exit_code == 0, result.output
-    assert "NO" in result.output and "1 cells predicted not to fit" in result.output
+    assert "✗" in result.output and "1 cells predicted not to fit" in result.output
     assert "0 cells to run" in result.output
 
 
@@ -68,6 +73,7 @@ def test_cells_predicted_not_to_fit_are_flagged_and_left_out(invoke, tmp_path):
         (("--cpus-per-cell", "2"), "--executor ray only"),
         (("--executor", "slurm"), "--executor"),
         (("--plan", "--seq-len", "64"), "takes images, not text"),
+        (("--plan", "--device", "cuda"), "pass --gpu NAME"),
     ],
 )
 def test_bad_scaling_flags_are_usage_errors(measure_tiny, tmp_path, args, hint):

@@ -9,6 +9,7 @@ from measure.config import RunConfig
 from measure.runner import plan_grid
 from measure.shard import Shard, ShardError, from_slurm, parse
 
+from ..conftest import TINY_VIT
 from .processes import runs
 
 
@@ -72,8 +73,6 @@ def test_shard_auto_outside_slurm_and_with_tune_lr_are_usage_errors(measure_tiny
 
 
 def test_a_shard_without_db_writes_its_own_kb_beside_the_users(invoke, tmp_path, monkeypatch):
-    from tests.conftest import TINY_VIT
-
     monkeypatch.delenv("ADVISOR_DB")
     cells = ("--optimizer", "adam", "--strategy", "standard", "--shard", "1/1", "--json")
     result = invoke("measure", *TINY_VIT, *cells)
