@@ -199,7 +199,28 @@ def _local(path: Path) -> DataChoice:
             f"cannot read {path.name}: {path.suffix or 'no extension'} is not a format measure reads. Use JSONL, "
             "JSON, CSV, Parquet or text files, a save_to_disk folder, or an image folder."
         )
+    if path.is_dir():
+        _one_kind(path)
     return DataChoice(str(path), str(path), f"{path.name} sha256:{content_hash(path)[:12]}")
+
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+METADATA = {"metadata.jsonl", "metadata.csv", "metadata.parquet"}  # an image folder's captions or labels
+
+
+def _one_kind(folder: Path) -> None:
+    """Refuse a folder of several kinds of data (JSONL beside CSV, files beside images): datasets would read
+    one kind and silently leave out the others."""
+    kinds = set()
+    for f in _data_files(folder):
+        suffix = f.suffix.lower()
+        if f.name not in METADATA and (suffix in IMAGE_SUFFIXES or suffix in FILE_BUILDERS):
+            kinds.add("images" if suffix in IMAGE_SUFFIXES else FILE_BUILDERS[suffix])
+    if len(kinds) > 1:
+        raise DataError(
+            f"{folder.name} mixes {', '.join(sorted(kinds))} files: only one kind would be read. Put one kind "
+            "in a folder (an image folder may add a metadata.jsonl), or pass one file."
+        )
 
 
 def content_hash(path: Path) -> str:
@@ -252,8 +273,9 @@ def open_table(path: str) -> Table:
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001  datasets' own errors: mixed formats, malformed rows
+        cause = _root(e)  # datasets wraps a malformed row's error in a generic one
         raise DataError(
-            f"cannot read {where.name} as a dataset ({type(e).__name__}: {_first_line(e)}): check that it is "
+            f"cannot read {where.name} as a dataset ({type(cause).__name__}: {_first_line(cause)}): check that it is "
             "valid JSONL, CSV, Parquet or text, one example per row (an image folder: images in class "
             "subfolders, or a metadata.jsonl naming each file_name)."
         ) from e
@@ -396,6 +418,13 @@ def open_view(path: str, family, wanted_heldout: int) -> DataView:
     table = open_table(path)
     rows, classes = family_rows(table, family)
     return DataView(rows, classes, table.split, split_rows(len(rows), wanted_heldout))
+
+
+def _root(e: BaseException) -> BaseException:
+    """The innermost cause of an exception chain."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        e = e.__cause__ or e.__context__
+    return e
 
 
 def _first_line(e: BaseException) -> str:

@@ -274,6 +274,9 @@ def bad_inputs(tmp_path: Path) -> dict:
     (tmp_path / "words.jsonl").write_text(
         (json.dumps({"words": "text under a name we do not know"}) + "\n") * 10
     )
+    (tmp_path / "broken.jsonl").write_text('{"text": "a row"}\n{"text": broken\n' + '{"text": "x"}\n' * 20)
+    mixed = write_images(tmp_path / "mixed")
+    write_corpus(mixed / "notes.jsonl")
     return {
         "a path that is not there": (
             ["--model", "llama", "--data", tmp_path / "missing.jsonl"],
@@ -305,6 +308,16 @@ def bad_inputs(tmp_path: Path) -> dict:
             ["--model", "llama", "--data", tmp_path / "words.jsonl"],
             2,
             "words.jsonl has columns words; the decoder family (causal language modelling) needs text columns",
+        ),
+        "a malformed row": (
+            ["--model", "llama", "--data", tmp_path / "broken.jsonl"],
+            2,
+            "cannot read broken.jsonl as a dataset (ValueError: Trailing data",
+        ),
+        "a folder of several kinds of data": (
+            ["--model", "vit", "--data", mixed],
+            2,
+            "mixes images, json files: only one kind would be read",
         ),
         "an unreachable hub id without --fallback": (
             ["--model", "llama", "--data", "someone/a-dataset"],
