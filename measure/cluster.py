@@ -26,9 +26,9 @@ from pathlib import Path
 from advisor import store
 from measure.config import RunConfig
 from measure.grid import GridRun, new_order_seed, run_order
-from measure.hardware import pid_alive
+from measure.hardware import describe, pid_alive
 from measure.progress import Reporter, replay
-from measure.runner import CellOutcome, CellResult, cell_run
+from measure.runner import CellOutcome, CellResult, built_fields, cell_run
 
 TASK_RETRIES = 3  # tries after a node or worker dies, under the same claim
 POLL_S = 0.25  # how often the driver looks at finished tasks and progress
@@ -122,7 +122,6 @@ def _alive_nodes(ray) -> list[dict]:
 def run_cell_task(cfg: RunConfig, rules, progress, key: int) -> dict:
     """The body of a cell's Ray task: train it where it landed and hand back what the driver writes; its
     progress goes to the grid's queue, tagged with `key` (its run id)."""
-    from measure.hardware import describe
     from measure.isolation import train_in_child
     from measure.progress import ForwardingReporter
 
@@ -178,7 +177,8 @@ def run_grid_ray(
     order = run_order(configs, order_seed)
     slots = Slots.of(ray, _wanted_device(configs), cpus)
     task = ray.remote(max_retries=TASK_RETRIES)(run_cell_task)
-    machine = ray.get(ray.remote(_describe).options(num_cpus=0, num_gpus=slots.num_gpus).remote(slots.device))
+    probe = ray.remote(describe).options(num_cpus=0, num_gpus=slots.num_gpus)  # a node's machine
+    machine = ray.get(probe.remote(slots.device))
     results: list[CellResult | None] = [None] * len(configs)
     todo = deque((position, index) for position, index in enumerate(order))
     flights: dict = {}
@@ -208,12 +208,6 @@ def run_grid_ray(
             with contextlib.suppress(Exception):
                 ray.kill(progress.actor)
     return GridRun(results, order_seed, order)
-
-
-def _describe(device: str) -> dict:
-    from measure.hardware import describe
-
-    return describe(device)
 
 
 def _wanted_device(configs: list[RunConfig]) -> str:
@@ -290,25 +284,12 @@ def _record(ray, ref, flight: _Flight, conn) -> CellResult:
     outcome: CellOutcome = out["outcome"]
     fields = {k: out["machine"][k] for k in MACHINE_KEYS if out["machine"].get(k) != flight.run.get(k)}
     config = {**flight.run["config"], "ray": {"nodes": flight.nodes, "tries": max(len(flight.nodes), 1)}}
-    if out["built"]:
-        built = out["built"]
-        config["data"] = built["data"]
-        fields |= dict(n_params=built["n_params"], pretrained=int(built["pretrained"]))
-    store.update_run(conn, flight.run_id, config=config, **fields)
+    fields |= built_fields(config, out["built"]) if out["built"] else {"config": config}
+    store.update_run(conn, flight.run_id, **fields)
     for row in outcome.epochs:
         store.add_epoch(conn, flight.run_id, row)
     store.finish_run(conn, flight.run_id, outcome.status, outcome.error, outcome.metrics)
-    figures = outcome.figures
-    peak = figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb")
-    return CellResult(
-        flight.config,
-        outcome.status,
-        flight.run_id,
-        figures.get("loss"),
-        figures.get("epoch_time"),
-        peak,
-        outcome.error,
-    )
+    return CellResult.of(flight.config, flight.run_id, outcome)
 
 
 def _ended(conn, flight: _Flight, status: str, why: str) -> CellResult:

@@ -129,11 +129,12 @@ def plan_cells(configs: list[RunConfig], rules, gpu: str | None, workers: list[i
         )
     read, write_path = open_cache(db)
     runs = _evidence(db)
-    evidence = _measured_times(runs, configs) if gpu is None else {}
+    here = _this_hardware() if gpu is None else None  # measured evidence and done cells: this machine's
+    evidence = _measured_times(runs, configs, here) if here else {}
     rate = _cpu_gflops(runs) if acc.key == "cpu" else {}
     fits = _fit_rows(configs, acc, rules, read, write_path)
     cells = [_cost(c.resolved(), evidence, fits, rate) for c in configs]
-    done = _done(read, configs) if gpu is None else set()
+    done = _done(read, here) if here else set()
     for cell in cells if done else ():
         cell.done = (_key(cell.config), cell.config.seed) in done
     plan = Plan(cells, acc.name, accelerators.memory_gb(acc))
@@ -158,15 +159,19 @@ def _this_accelerator(rules) -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def _done(read, configs: list[RunConfig]) -> set[tuple[str, int]]:
-    """(cell key, seed) of the cells that already ended (ok, oom, diverged, untrained) on this machine in the
+def _this_hardware() -> str:
+    from measure.hardware import describe, resolve_device
+
+    return describe(resolve_device("auto"))["hardware"]
+
+
+def _done(read, hardware: str) -> set[tuple[str, int]]:
+    """(cell key, seed) of the cells that already ended (ok, oom, diverged, untrained) on `hardware` in the
     KB measure writes: it would skip them."""
     from advisor.store import FINAL
-    from measure.hardware import describe, resolve_device
 
     if read is None:
         return set()
-    hardware = describe(resolve_device("auto"))["hardware"]
     rows = read.execute(
         f"SELECT cell_key, seed FROM runs WHERE hardware = ? AND status IN ({','.join('?' * len(FINAL))})",
         [hardware, *FINAL],
@@ -174,14 +179,11 @@ def _done(read, configs: list[RunConfig]) -> set[tuple[str, int]]:
     return {tuple(row) for row in rows}  # sqlite3.Row compares to no tuple
 
 
-def _measured_times(read, configs: list[RunConfig]) -> dict[str, tuple[float, int]]:
-    """cell key -> (median wall time from claim to finish, runs) of the cells' ok runs on this machine."""
-    from measure.hardware import describe, resolve_device
-
+def _measured_times(read, configs: list[RunConfig], hardware: str) -> dict[str, tuple[float, int]]:
+    """cell key -> (median wall time from claim to finish, runs) of the cells' ok runs on `hardware`."""
     if read is None:
         return {}
     keys = {_key(c.resolved()) for c in configs}
-    hardware = describe(resolve_device("auto"))["hardware"]
     rows = read.execute(
         "SELECT cell_key, (julianday(finished_at) - julianday(started_at)) * 86400 FROM runs "
         "WHERE status = 'ok' AND hardware = ? AND source = 'measured' AND finished_at IS NOT NULL",

@@ -34,6 +34,15 @@ class CellResult:
     peak_memory_gb: float | None = None
     error: str | None = None
 
+    @classmethod
+    def of(cls, cfg: RunConfig, run_id: int, outcome: CellOutcome) -> CellResult:
+        """The result of a trained cell: its outcome's status, loss, epoch time and peak memory."""
+        figures = outcome.figures
+        peak = figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb")
+        return cls(
+            cfg, outcome.status, run_id, figures.get("loss"), figures.get("epoch_time"), peak, outcome.error
+        )
+
     def as_dict(self) -> dict:
         return {
             "model": self.config.model,
@@ -187,10 +196,7 @@ def run_cell(
         heartbeat.hold(run_id)
 
     def on_built(info: dict) -> None:
-        config = {**run["config"], "data": info["data"]}
-        store.update_run(
-            conn, run_id, n_params=info["n_params"], pretrained=int(info["pretrained"]), config=config
-        )
+        store.update_run(conn, run_id, **built_fields(run["config"], info))
 
     outcome = train_cell(cfg, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), rules)
     store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
@@ -198,10 +204,14 @@ def run_cell(
         heartbeat.let_go(run_id)
     if outcome.interrupted:
         raise KeyboardInterrupt
-    figures = outcome.figures
-    peak = figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb")
-    return CellResult(
-        cfg, outcome.status, run_id, figures.get("loss"), figures.get("epoch_time"), peak, outcome.error
+    return CellResult.of(cfg, run_id, outcome)
+
+
+def built_fields(config: dict, info: dict) -> dict:
+    """The runs fields a built model adds (the trainer's on_built info): its size, whether it was
+    pretrained, and the data it trains on, into the run's config."""
+    return dict(
+        n_params=info["n_params"], pretrained=int(info["pretrained"]), config={**config, "data": info["data"]}
     )
 
 

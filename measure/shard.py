@@ -49,7 +49,10 @@ def parse(text: str, environ: dict | None = None) -> Shard:
         raise ShardError(
             f"{text!r} is not K/N: pass e.g. --shard 2/8 (the second of 8 shards) or --shard auto."
         )
-    index, count = int(match[1]), int(match[2])
+    return _existing(int(match[1]), int(match[2]))
+
+
+def _existing(index: int, count: int) -> Shard:
     if count < 1 or not 1 <= index <= count:
         raise ShardError(f"shard {index} of {count} does not exist: K runs from 1 to N, and N is at least 1.")
     return Shard(index, count)
@@ -69,4 +72,4 @@ def from_slurm(environ) -> Shard:
     first = int(environ.get("SLURM_ARRAY_TASK_MIN", 0))
     if environ.get("SLURM_ARRAY_TASK_STEP", "1") != "1":
         raise ShardError("--shard auto needs a contiguous array (--array=0-7, no :step): pass --shard K/N.")
-    return parse(f"{task - first + 1}/{count}", {})
+    return _existing(task - first + 1, count)
