@@ -45,8 +45,8 @@ kb: setup
 reference: setup
 	mkdir -p build && rm -f $(REF_DB) $(REF_DB)-wal $(REF_DB)-shm
 	$(BIN)/advisor measure --model all --preset small --seeds 3 --tune-lr --order-seed 2026 --db $(REF_DB)
-	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/sources/measured-cpu-small.json
-	$(BIN)/advisor kb export --source measured:tuning --db $(REF_DB) -o kb/sources/measured-cpu-small-tuning.json
+	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/inputs/measured-cpu-small.json
+	$(BIN)/advisor kb export --source measured:tuning --db $(REF_DB) -o kb/inputs/measured-cpu-small-tuning.json
 	$(BIN)/advisor kb build --shipped
 
 # The reproduction report: the paper's claims against the reference measurements.

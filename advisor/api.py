@@ -1,31 +1,44 @@
-"""The Python API: what the CLI answers, as the objects it renders.
+"""The Python API: what the command line answers, as the objects it renders. Each command parses its options,
+calls one of these, and renders what comes back.
 
     import advisor
     answer = advisor.recommend(arch="encoder", optimize="memory")
     answer.recommendation.optimizer, answer.recommendation.value, answer.caveats
     fitted = advisor.fit("llama", gpu="A100-80GB")          # advisor fit (torch for a model not yet traced)
+    measured = advisor.measure("vit", preset="tiny")         # advisor measure (torch)
     conn = advisor.open_kb()                                  # read-only: the shipped KB and yours
 
-Errors are exceptions with the sentence the CLI prints: ValueError for a bad argument, advisor.KBError for
-an unusable knowledge base, advisor.NoEvidence when nothing answers the question.
+Errors derive from advisor.Error, with the sentence the command line prints: a bad argument is an
+advisor.InputError (a ValueError too), an unusable knowledge base advisor.KBError, a question nothing
+answers advisor.NoEvidence.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import fields
+from importlib.util import find_spec
 
-from advisor.evidence import NoEvidence
-from advisor.schema import KBError
+from advisor.answers.evidence import Selector
+from advisor.answers.recommendation import Answer, Constraints
+from advisor.answers.recommendation import recommend as rank
+from advisor.errors import Error, InputError
+from advisor.kb.reader import open_for_reading
+from advisor.model_ref import ResolvedModel, reference_models, resolve_model
+from advisor.prediction.answer import FitAnswer
+from advisor.prediction.answer import fit as fit_answer
+from advisor.prediction.cache import open_cache
+from advisor.prediction.question import FitOptions, question
+from advisor.rules import Rules, load_rules
 
 PathLike = str | os.PathLike
+MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")
 
 
 def open_kb(db: PathLike | None = None) -> sqlite3.Connection:
     """A read-only connection to the KB answers come from: `db` alone, else $ADVISOR_DB, else the shipped KB
     read together with the user's (`advisor kb path`)."""
-    from advisor.kb import open_for_reading
-
     return open_for_reading(db)
 
 
@@ -33,86 +46,136 @@ def recommend(
     arch: str | None = None,
     optimize: str = "loss",
     *,
-    model: str | None = None,
-    max_memory: float | None = None,
+    model: str | ResolvedModel | None = None,
+    gpu: str | None = None,
+    memory: float | None = None,
     max_time: float | None = None,
     optimizers: tuple[str, ...] = (),
     exclude_optimizers: tuple[str, ...] = (),
     strategies: tuple[str, ...] = (),
     source: str | None = None,
+    preset: str | None = None,
+    hardware: str | None = None,
+    group: int | None = None,
     db: PathLike | None = None,
-):
-    """`advisor recommend` as an `advisor.recommend.Answer` (`.recommendation`, `.alternatives`,
-    `.excluded`, `.caveats`, `.frontier`, `.as_dict()` for what --json prints). One of `arch` (a family or
-    alias) and `model` (a reference name, a folder with config.json, or a cached Hugging Face id)."""
-    from advisor.model_ref import resolve_model
-    from advisor.recommend import Constraints
-    from advisor.recommend import recommend as answer
-    from advisor.rules import load_rules
-
+    conn: sqlite3.Connection | None = None,
+) -> Answer:
+    """`advisor recommend` as an `Answer` (`.recommendation`, `.alternatives`, `.excluded`, `.caveats`,
+    `.frontier`, `.as_dict(rules)` for what --json prints). One of `arch` (a family or alias) and `model` (a
+    reference name, a folder with config.json, or a cached Hugging Face id). With `model` and `gpu` (or
+    `memory`), configurations predicted not to fit are excluded; `memory` (GB of accelerator memory)
+    excludes measured configurations above it too."""
     rules = load_rules()
     if (arch is None) == (model is None):
-        raise ValueError("pass exactly one of arch= or model=")
-    if optimize not in rules.metrics:
-        raise ValueError(f"unknown metric {optimize!r}. Choose from: {', '.join(rules.metrics)}.")
-    for name in (*optimizers, *exclude_optimizers):
-        if name not in rules.optimizers:
-            raise ValueError(f"unknown optimizer {name!r}. Choose from: {', '.join(rules.optimizers)}.")
-    for name in strategies:
-        if name not in rules.strategies:
-            raise ValueError(f"unknown strategy {name!r}. Choose from: {', '.join(rules.strategies)}.")
-    model_name = None
-    if model is not None:
-        resolved = resolve_model(model, rules)
-        family, model_name = resolved.family.name, resolved.name
-    else:
-        try:
-            family = rules.family(arch).name
-        except KeyError:
-            choices = ", ".join(rules.family_choices())
-            raise ValueError(f"unknown architecture {arch!r}. Choose from: {choices}.") from None
+        raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
+    if gpu and model is None:
+        raise InputError("--gpu predicts what fits your model: pass --model too.", "--gpu")
+    _check_names(rules, optimize, (*optimizers, *exclude_optimizers), strategies)
+    resolved = _model(model, rules) if model is not None else None
+    family = resolved.family.name if resolved else _family(arch, rules)
+    fitted = None
+    if resolved is not None and (gpu or memory is not None):
+        fitted = fit(resolved, gpu=gpu, memory=memory)
     constraints = Constraints(
-        max_memory=max_memory,
+        max_memory=memory,
         max_time=max_time,
         optimizers=tuple(optimizers),
         exclude_optimizers=tuple(exclude_optimizers),
         strategies=tuple(strategies),
+        fit=fitted,
     )
-    conn = open_kb(db)
+    reading = conn or open_kb(db)
     try:
-        return answer(
-            conn,
+        return rank(
+            reading,
             family,
             optimize,
+            rules,
             constraints,
             source=source,
-            model=model_name,
-            rules=rules,
+            model=resolved.name if resolved else None,
+            selector=Selector(preset, hardware, group),
             compare_groups=True,
         )
     finally:
-        conn.close()
+        if conn is None:
+            reading.close()
 
 
-def fit(
-    model: str, gpu: str | None = None, memory: float | None = None, *, db: PathLike | None = None, **options
-):
-    """`advisor fit` as an `advisor.fit.FitAnswer`: every optimizer × strategy on the model and accelerator
-    (`gpu` by name, or `memory` in GB), with `batch_size`, `seq_len`, `image_size`, `dtype`,
-    `accumulation_steps`, `optimizers`, `strategies` and `mfu` as in the CLI. Tracing a model not yet in
-    the cache needs the measurement side (torch)."""
-    from advisor.fit import fit as answer
-    from advisor.fit import model_info, open_cache, question
-    from advisor.rules import load_rules
+def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) -> FitAnswer:
+    """`advisor fit` as a `FitAnswer`: every optimizer × strategy on the model and accelerator, with the
+    options of `advisor fit` by their names (`gpu`, `memory`, `batch_size`, `seq_len`, `image_size`, `dtype`,
+    `accumulation_steps`, `optimizers`, `strategies`, `mfu`). Tracing a model not yet in the cache needs the
+    measurement side (torch); a repeated question reads the cache."""
+    unknown = sorted(set(options) - {f.name for f in fields(FitOptions)})
+    if unknown:
+        raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
+    rules = load_rules()
+    q = question(_model(model, rules), FitOptions(**options), rules)
+    cache = open_cache(db)
+    try:
+        tracer = None
+        if cache.missing(q):
+            require_measure_side()
+            from measure.prediction import trace as tracer  # torch: only when the cache lacks a prediction
+        return fit_answer(q, rules, cache, tracer)
+    finally:
+        cache.close()
+
+
+def measure(*models: str | ResolvedModel, say=lambda line: None, reporter=None, **options):
+    """`advisor measure` in Python: the grid of `models` ('all' for the paper's four) trained on this machine
+    into a KB, with the options of `advisor measure` by their names (the run configuration's: `preset`,
+    `epochs`, `lr`, `dtype`, `protocol`, ...; and `optimizers`, `strategies`, `seeds`, `data`, `tune_lr`,
+    `executor`, `shard`, `db`, ...). Returns what was measured (`.results`, `.as_dict()`). Needs torch."""
+    require_measure_side()
+    from measure.request import request  # torch: the measurement side
 
     rules = load_rules()
-    q = question(model_info(model, rules), rules, gpu, memory, **options)
-    read, write_path = open_cache(db)
+    resolved = tuple(m for name in models for m in _models(name, rules))
+    return request(resolved, **options).run(rules, reporter, say)
+
+
+def require_measure_side() -> None:
+    """The evidence side's libraries are an extra: say how to install them instead of a traceback."""
+    missing = [m for m in MEASURE_SIDE if find_spec(m) is None]
+    if missing:
+        raise Error(
+            f"the measurement side is not installed ({', '.join(missing)} missing): "
+            "pip install torch==2.13.0 -e '.[measure]'"
+        )
+
+
+def _model(name: str | ResolvedModel, rules: Rules) -> ResolvedModel:
+    return name if isinstance(name, ResolvedModel) else resolve_model(name, rules)
+
+
+def _models(name: str | ResolvedModel, rules: Rules) -> list[ResolvedModel]:
+    return reference_models(rules) if name == "all" else [_model(name, rules)]
+
+
+def _family(arch: str, rules: Rules) -> str:
     try:
-        return answer(q, rules, read, write_path)
-    finally:
-        if read is not None:
-            read.close()
+        return rules.family(arch).name
+    except KeyError:
+        raise InputError(
+            f"unknown architecture {arch!r}. Choose from: {', '.join(rules.family_choices())}.", "--arch"
+        ) from None
 
 
-__all__ = ["KBError", "NoEvidence", "fit", "open_kb", "recommend"]
+def _check_names(rules: Rules, metric: str, optimizers: tuple, strategies: tuple) -> None:
+    if metric not in rules.metrics:
+        raise InputError(f"unknown metric {metric!r}. Choose from: {', '.join(rules.metrics)}.", "--optimize")
+    for name in optimizers:
+        if name not in rules.optimizers:
+            raise InputError(
+                f"unknown optimizer {name!r}. Choose from: {', '.join(rules.optimizers)}.", "--optimizer"
+            )
+    for name in strategies:
+        if name not in rules.strategies:
+            raise InputError(
+                f"unknown strategy {name!r}. Choose from: {', '.join(rules.strategies)}.", "--strategy"
+            )
+
+
+__all__ = ["fit", "measure", "open_kb", "recommend"]

@@ -1,52 +1,123 @@
-"""Resolving `--model NAME|HF_ID|PATH` to a family offline, from config.json's model_type (no transformers import)."""
+"""Resolving `--model NAME|PATH|HF_ID` once, offline, into a `ResolvedModel` that every later step receives:
+its name as the KB stores it, its family's rules record, and its config.json read once (no transformers
+import). Only the entry points call `resolve_model`: the command line, the Python API, grid planning."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from advisor.rules import Family, Rules
-
-
-class ModelNotResolved(Exception):
-    """The model's family cannot be found without the network."""
+from advisor.errors import ModelNotResolved
+from advisor.places import user_rules_dir
+from advisor.rules import FamilyRecord, Rules
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
+    """A model as the rest of advisor knows it. Frozen and picklable: a grid cell ships it to its process."""
+
     name: str  # as the KB stores it: 'vit', an HF id, or a path
-    family: Family
-    model_type: str | None
-    config_path: Path | None
+    family: FamilyRecord  # whose inputs, loss and evidence apply
+    config: dict | None = None  # config.json as read; None for a reference model (its family builds it)
+    config_path: Path | None = None
+    listed: bool = True  # the family lists its model_type (False: told by the end of its class name)
+    preset: str = "paper"  # a reference model's size: tiny, small, paper (its family builds it so)
+
+    @property
+    def reference(self) -> bool:
+        """One of the families' reference models ('vit', 'llama', ...), built by its family at a preset."""
+        return self.config is None
+
+    @property
+    def model_type(self) -> str | None:
+        return self.config.get("model_type") if self.config else None
+
+    @cached_property
+    def config_hash(self) -> str:
+        """What predictions of this model are keyed by: its config, or a reference model's name."""
+        text = (
+            f"reference:{self.name}:{self.preset}"
+            if self.reference
+            else json.dumps(self.config, sort_keys=True)
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The most positions the config allows (None: a reference model, or not stated)."""
+        text = self.config and (self.config.get("text_config") or self.config)
+        return next(
+            (text[k] for k in ("max_position_embeddings", "n_positions") if text and text.get(k)), None
+        )
+
+    @property
+    def image_size(self) -> int | None:
+        """The image side the config states, for a family that takes images."""
+        if not self.config or not self.family.takes_images:
+            return None
+        return (self.config.get("vision_config") or self.config).get("image_size")
+
+
+def reference_models(rules: Rules) -> list[ResolvedModel]:
+    """Every family's reference model ('vit', 'modernbert', 'llama', 'nanovlm'): what `--model all` means."""
+    return [ResolvedModel(fam.reference_model, fam) for fam in rules.families.values()]
+
+
+def reference_model(name: str, rules: Rules) -> ResolvedModel:
+    """The reference model of that name ('llama'); KeyError for any other name."""
+    for model in reference_models(rules):
+        if model.name == name:
+            return model
+    raise KeyError(name)
 
 
 def resolve_model(name: str, rules: Rules) -> ResolvedModel:
-    """A reference model name ('vit'), a local folder with config.json, or an HF id found in the local cache."""
-    for fam in rules.families.values():
-        if name.lower() == fam.reference_model:
-            return ResolvedModel(fam.reference_model, fam, None, None)
-    config_path = config_path_of(name)
-    if config_path is None:
+    """A reference model name ('vit'), a local folder with config.json, or an HF id found in the local cache;
+    its family from model_type (rules/families.toml), else from the end of its class name (`architectures`)."""
+    if name.lower() in rules.reference_models():
+        return reference_model(name.lower(), rules)
+    path = config_path_of(name)
+    if path is None:
         raise ModelNotResolved(
             f"cannot resolve model {name!r} offline: it is not one of "
             f"{', '.join(f.reference_model for f in rules.families.values())}, not a folder with a config.json, "
-            "and not in the local Hugging Face cache. Pass --arch FAMILY instead, or download the model first."
+            "and not in the local Hugging Face cache. Pass a folder that holds the model's config.json (the "
+            "weights are not needed)."
         )
-    model_type = read_config(config_path).get("model_type")
-    if not model_type:
-        raise ModelNotResolved(f"{config_path} has no model_type; pass --arch FAMILY instead.")
-    family = rules.family_of_model_type(model_type)
-    if family is None:
-        from advisor.rules import user_rules_dir
-
-        where = user_rules_dir() / "families.toml"
+    config = read_config(path)
+    if "auto_map" in config:
         raise ModelNotResolved(
-            f"model_type {model_type!r} of {name!r} belongs to no family in the rules; pass --arch FAMILY, "
-            f'or add it to a family in {where}, e.g. [families.decoder] model_types = ["{model_type}"].'
+            f"{name} needs trust_remote_code (its config.json maps to code in the model's repository): "
+            "advisor builds only architectures transformers itself defines, never downloaded code."
         )
-    return ResolvedModel(name, family, model_type, config_path)
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ModelNotResolved(f"{path} has no model_type: it is not a transformers model config.")
+    family = rules.family_of_model_type(model_type)
+    if family is not None:
+        return ResolvedModel(name, family, config, path)
+    by_class = _family_by_class(config, rules)
+    if by_class is None:
+        archs = ", ".join(config.get("architectures") or []) or "none"
+        raise ModelNotResolved(
+            f"cannot tell what {name} trains on: model_type {model_type!r} belongs to no family in the rules "
+            f"and its architectures ({archs}) end in none of {', '.join(rules.architectures)}. Pass --arch "
+            f"FAMILY, or add it to a family in {user_rules_dir() / 'families.toml'}, e.g. [families.decoder] "
+            f'model_types = ["{model_type}"].'
+        )
+    return ResolvedModel(name, by_class, config, path, listed=False)
+
+
+def _family_by_class(config: dict, rules: Rules) -> FamilyRecord | None:
+    for arch in config.get("architectures") or []:
+        for suffix, family in rules.architectures.items():
+            if arch.endswith(suffix):
+                return rules.families[family]
+    return None
 
 
 def read_config(path: Path) -> dict:

@@ -6,12 +6,10 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-
-class RulesError(Exception):
-    """A rules file that is missing a key or contradicts another."""
+from advisor.errors import RulesError
+from advisor.places import shipped_rules_dir, user_rules_dir
 
 
 @dataclass(frozen=True)
@@ -33,11 +31,17 @@ class Measure:
     factor: float = 1.0
     scale: str | None = None  # a column of `runs` the value is multiplied by
     note: str | None = None
-    accelerator: bool = False  # memory of the accelerator (what --max-memory means), not host RAM
+    accelerator: bool = False  # memory of the accelerator (what --memory means), not host RAM
+
+
+INPUTS = ("text", "image")  # what a family's models may take
 
 
 @dataclass(frozen=True)
-class Family:
+class FamilyRecord:
+    """A family as rules/families.toml declares it: its names, grid, model types, and what its models take
+    (so that no code outside the rules asks a family's name what it can do)."""
+
     name: str
     aliases: tuple[str, ...]
     reference_model: str
@@ -45,7 +49,17 @@ class Family:
     grid_optimizers: tuple[str, ...]
     grid_strategies: tuple[str, ...]
     model_types: tuple[str, ...]
+    inputs: tuple[str, ...]  # of INPUTS: text, image, or both
+    fit_seq_len: int  # `advisor fit`'s default tokens per sample (a VLM's: one caption)
     module: str | None = None  # the measurement side's module for the family (measure.families.<name>)
+
+    @property
+    def takes_text(self) -> bool:
+        return "text" in self.inputs
+
+    @property
+    def takes_images(self) -> bool:
+        return "image" in self.inputs
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,7 @@ class Accelerator:
 class Rules:
     metrics: dict[str, Metric]
     measures: dict[str, Measure]
-    families: dict[str, Family]
+    families: dict[str, FamilyRecord]
     flowchart: dict
     caveats: list[dict]
     optimizers: tuple[str, ...]
@@ -75,7 +89,7 @@ class Rules:
     architectures: dict[str, str]  # class-name suffix -> family whose inputs and loss fit uses
     protocol: dict = field(default_factory=dict)  # rules/protocol.toml: the fair protocol's targets and grids
 
-    def family(self, name: str) -> Family:
+    def family(self, name: str) -> FamilyRecord:
         """The family named by a family name, an alias or a reference model name (case-insensitive)."""
         key = name.strip().lower()
         for fam in self.families.values():
@@ -90,7 +104,7 @@ class Rules:
         """Reference model name ('vit') -> family name ('vision')."""
         return {f.reference_model: f.name for f in self.families.values()}
 
-    def family_of_model_type(self, model_type: str) -> Family | None:
+    def family_of_model_type(self, model_type: str) -> FamilyRecord | None:
         for fam in self.families.values():
             if model_type in fam.model_types:
                 return fam
@@ -100,21 +114,10 @@ class Rules:
         return self.metrics[name.strip().lower()]
 
 
-def rules_dir() -> Path:
-    return Path(str(resources.files("advisor.shipped.rules")))
-
-
-def user_rules_dir() -> Path:
-    """The user's rules, beside their KB: TOML files named as in rules/ that extend or override it."""
-    from advisor.kb import user_dir
-
-    return user_dir() / "rules"
-
-
 def load_rules(directory: str | None = None) -> Rules:
     """Every rules file, cross-checked: the shipped rules (or `directory`'s), extended by the user's rules
     directory where it exists (not when a directory is named)."""
-    base = Path(directory) if directory else rules_dir()
+    base = Path(directory) if directory else shipped_rules_dir()
     extra = None if directory else user_rules_dir()
     return _load_rules(str(base), str(extra) if extra is not None and _readable_dir(extra) else None)
 
@@ -196,12 +199,15 @@ def _accelerators(raw: dict) -> dict[str, Accelerator]:
     return out
 
 
-def _families(raw: dict) -> dict[str, Family]:
+def _families(raw: dict) -> dict[str, FamilyRecord]:
     """Families of families.toml; the grid defaults to the file's top-level grid_optimizers/strategies."""
     out = {}
     for name, f in raw.get("families", {}).items():
         try:
-            out[name] = Family(
+            inputs = tuple(f["inputs"])
+            if not inputs or any(i not in INPUTS for i in inputs):
+                raise RulesError(f"families.toml: family {name}'s inputs must be some of {', '.join(INPUTS)}")
+            out[name] = FamilyRecord(
                 name=name,
                 aliases=tuple(f.get("aliases", ())),
                 reference_model=f.get("reference_model", name),
@@ -209,6 +215,8 @@ def _families(raw: dict) -> dict[str, Family]:
                 grid_optimizers=tuple(f.get("grid_optimizers", raw["grid_optimizers"])),
                 grid_strategies=tuple(f.get("grid_strategies", raw["grid_strategies"])),
                 model_types=tuple(f.get("model_types", ())),
+                inputs=inputs,
+                fit_seq_len=int(f.get("fit_seq_len", raw["fit_seq_len"])),
                 module=f.get("module"),
             )
         except KeyError as e:
@@ -246,7 +254,7 @@ def _read(path: Path) -> dict:
         raise RulesError(f"rules file {path} is not valid TOML: {e}") from e
 
 
-def _check_model_types_unique(families: dict[str, Family]) -> None:
+def _check_model_types_unique(families: dict[str, FamilyRecord]) -> None:
     seen: dict[str, str] = {}
     for fam in families.values():
         for mt in fam.model_types:

@@ -24,15 +24,18 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
     from measure.cluster import run_grid_ray
     from measure.config import RunConfig
     from measure.grid import run_grid
     from measure.runner import plan_grid
 
-    configs = plan_grid([args.model], base=RunConfig(preset=args.preset))
+    rules = load_rules()
+    configs = plan_grid([resolve_model(args.model, rules)], rules, base=RunConfig(preset=args.preset))
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
-        local = run_grid(configs, Path(tmp) / "local.sqlite", order_seed=1)
+        local = run_grid(configs, Path(tmp) / "local.sqlite", rules, order_seed=1)
         local_s = time.monotonic() - started
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         cluster.add_node(num_cpus=1)
@@ -40,7 +43,7 @@ def main() -> None:
         try:
             ray.init(address=cluster.address, log_to_driver=False)
             started = time.monotonic()
-            remote = run_grid_ray(configs, Path(tmp) / "ray.sqlite", order_seed=1)
+            remote = run_grid_ray(configs, Path(tmp) / "ray.sqlite", rules, order_seed=1)
             ray_s = time.monotonic() - started
         finally:
             ray.shutdown()

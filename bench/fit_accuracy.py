@@ -116,21 +116,22 @@ def spec_of(model: str, preset_or_family: str, seq: int | None, dtype: str, devi
     """A measure.prediction.Spec for a reference model at a preset, or a fixture's published config."""
     from transformers import AutoConfig
 
+    from advisor.rules import load_rules
     from measure.families import family
     from measure.prediction import Spec
 
     if (FIXTURES / model).is_dir():
-        fam = family(preset_or_family)
+        fam = family(preset_or_family, load_rules())
         config = AutoConfig.from_pretrained(FIXTURES / model)
     else:
-        fam = family(model)
+        fam = family(model, load_rules())
         config, _ = fam.reference_config(preset_or_family)
     sizes = fam.fit_sizes(config)
     return Spec(config, fam, seq if sizes["seq_len"] else None, sizes["image_size"], dtype, device)
 
 
 def predicted(payload: dict, batch: int, device: str) -> dict:
-    from advisor.fit import tensor_peak
+    from advisor.prediction.step import tensor_peak
     from advisor.rules import load_rules
 
     fit = load_rules().fit
@@ -184,7 +185,7 @@ def korthikanti(spec, n_params: int, optimizer: str, strategy: str, batch: int) 
 def cpu_bench() -> None:
     from realstep import real_step_peaks
 
-    from advisor.fit import n_params
+    from advisor.prediction.step import n_params
     from measure.prediction import predict
 
     rows = []
@@ -232,7 +233,7 @@ def print_table(rows: list[dict], truth: str, others=()) -> None:
 
 def prepare(path: Path) -> None:
     """advisor's predictions for the GPU cases (traced here, on the CPU), for a GPU machine to check."""
-    from advisor.fit import n_params
+    from advisor.prediction.step import n_params
     from measure.prediction import predict
 
     cases = []
@@ -370,14 +371,14 @@ def _cuda_group(model, preset, seq, batch, dtype, strategy, members) -> list[dic
 
 def report(results_path: Path, cases_path: Path, db: Path | None) -> None:
     """Predictions against the GPU's measurements; with --db, recorded as validations of that hardware."""
-    from advisor.fit import step_flops
+    from advisor.prediction.step import step_flops
     from advisor.rules import load_rules
 
     data = json.loads(results_path.read_text())
     cases = {json.dumps(_id(c), sort_keys=True): c for c in json.loads(cases_path.read_text())}
     rules = load_rules()
     peak = {"bf16-mixed": "bf16", "fp32": "fp32"}
-    from advisor.accelerators import find
+    from advisor.prediction.accelerators import find
 
     acc = find(data["device"], rules)
     rows, checks = [], []
@@ -422,8 +423,8 @@ def report(results_path: Path, cases_path: Path, db: Path | None) -> None:
 
 def record(db: Path, data: dict, rows: list[dict]) -> None:
     """One validation per case: ours against max_memory_allocated, within 5 %."""
-    from advisor import store
-    from advisor.store import Check
+    from advisor.kb import store
+    from advisor.kb.store import Check
 
     checks = [
         Check(
@@ -438,7 +439,7 @@ def record(db: Path, data: dict, rows: list[dict]) -> None:
         for r in rows
     ]
     machine = {"hardware": data["device"], "device": "cuda", "software": {"torch": data["torch"]}}
-    conn = store.open_kb(db)
+    conn = store.open_for_writing(db)
     store.add_validations(conn, machine, "paper", checks)
     conn.close()
     print(f"recorded {len(checks)} validations in {db}")

@@ -17,7 +17,9 @@ import time
 
 import torch
 
-from measure.config import RunConfig
+from advisor.model_ref import resolve_model
+from advisor.rules import load_rules
+from measure.config import GridCell, RunConfig
 from measure.data import batches, load
 from measure.monitor import Monitor
 from measure.strategies import to_device
@@ -57,7 +59,8 @@ def main():
         divergence_factor=1e9,
         warmup_steps=0,
     ).resolved()
-    trainer = Trainer(cfg)
+    rules = load_rules()
+    trainer = Trainer(GridCell(cfg, resolve_model(cfg.model, rules)), rules)
     trainer.setup()
     model, optimizer, family = trainer.model, trainer.optimizer, trainer.family
     dataset, _ = load(family, trainer.built.shape, args.steps * cfg.batch_size, 0)

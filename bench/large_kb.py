@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor import store
-from advisor.schema import cell_key
+from advisor.kb import store
+from advisor.kb.schema import cell_key
 
 FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
 OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]
@@ -29,7 +29,7 @@ STRATEGIES = ["standard", "checkpointing", "accumulation", "checkpointing+accumu
 def generate(path: Path, n_runs: int, families: list[str], machines: int, chunk: int = 50_000) -> None:
     """n_runs ok runs with four figures each, written through the store in bulk, as `kb import` writes."""
     rng = random.Random(0)
-    conn = store.open_kb(path)
+    conn = store.open_for_writing(path)
     cells = [
         (f, m, o, s) for f in families for m in range(machines) for o in OPTIMIZERS for s in set(STRATEGIES)
     ]

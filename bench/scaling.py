@@ -22,18 +22,19 @@ def full_grid(seeds: int, epochs: int, dtype: str):
     """Every cell of the paper's grid, at the paper's epoch length per model."""
     from dataclasses import replace
 
+    from advisor.model_ref import reference_models
     from advisor.rules import load_rules
     from measure.config import PAPER, RunConfig
     from measure.runner import plan_grid
 
     rules = load_rules()
     configs = []
-    for model, family in rules.reference_models().items():
-        optimizers = [o for o in rules.families[family].grid_optimizers if o != "adafactor"]
-        steps = math.ceil(TRAIN_EXAMPLES / PAPER[model]["batch_size"])
+    for model in reference_models(rules):
+        optimizers = [o for o in model.family.grid_optimizers if o != "adafactor"]
+        steps = math.ceil(TRAIN_EXAMPLES / PAPER[model.name]["batch_size"])
         base = RunConfig(preset="paper", protocol="paper", epochs=epochs, dtype=dtype, device="cuda")
         base = replace(base, steps_per_epoch=steps - steps % 4)  # whole accumulation windows
-        configs += plan_grid([model], optimizers, list(rules.strategies), seeds, base, rules)
+        configs += plan_grid([model], rules, optimizers, list(rules.strategies), seeds, base)
     return configs, rules
 
 

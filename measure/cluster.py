@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from advisor import store
-from measure.config import RunConfig
+from advisor.errors import Error
+from advisor.kb import lease, store
+from advisor.rules import Rules
+from measure.config import GridCell
 from measure.grid import GridRun, new_order_seed, run_order
 from measure.hardware import describe, pid_alive
-from measure.progress import Reporter, replay
+from measure.isolation import train_in_child
+from measure.progress import ForwardingReporter, Reporter, replay
 from measure.runner import CellOutcome, CellResult, built_fields, cell_run
 
 TASK_RETRIES = 3  # tries after a node or worker dies, under the same claim
@@ -35,7 +39,7 @@ POLL_S = 0.25  # how often the driver looks at finished tasks and progress
 MACHINE_KEYS = ("hardware", "device", "host_memory_gb", "accelerator_memory_gb", "software")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(Error):
     """The cluster cannot be used as asked (Ray missing, no cluster at the address): one sentence."""
 
 
@@ -71,8 +75,6 @@ def connect(address: str | None):
 
 def _reachable(address: str, timeout: float = 3.0) -> None:
     """Fail in seconds, not minutes, when nothing listens at HOST:PORT (Ray retries for a long time)."""
-    import socket
-
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ClusterError(f"--ray-address {address!r} is not HOST:PORT (or auto): e.g. 10.0.0.5:6379.")
@@ -119,11 +121,9 @@ def _alive_nodes(ray) -> list[dict]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
-def run_cell_task(cfg: RunConfig, rules, progress, key: int) -> dict:
+def run_cell_task(cell: GridCell, rules: Rules, progress, key: int) -> dict:
     """The body of a cell's Ray task: train it where it landed and hand back what the driver writes; its
     progress goes to the grid's queue, tagged with `key` (its run id)."""
-    from measure.isolation import train_in_child
-    from measure.progress import ForwardingReporter
 
     def send(message: tuple) -> None:
         with contextlib.suppress(Exception):  # progress is best effort: the driver may be gone
@@ -131,9 +131,9 @@ def run_cell_task(cfg: RunConfig, rules, progress, key: int) -> dict:
 
     send(("placed", ray_context().get_node_id(), _host()))
     reporter = ForwardingReporter(send)
-    outcome, built = train_in_child(cfg, reporter, rules)
+    outcome, built = train_in_child(cell, reporter, rules)
     reporter.flush()
-    return {"machine": describe(cfg.device), "built": built or {}, "outcome": outcome}
+    return {"machine": describe(cell.config.device), "built": built or {}, "outcome": outcome}
 
 
 def ray_context():
@@ -143,8 +143,6 @@ def ray_context():
 
 
 def _host() -> str:
-    import socket
-
     return socket.gethostname()
 
 
@@ -153,52 +151,50 @@ class _Flight:
     """A cell the driver has claimed and handed to Ray, and the nodes its tries started on."""
 
     index: int
-    config: RunConfig
+    cell: GridCell  # its configuration resolved, on the cluster's device
     run_id: int
     run: dict
     nodes: list[str] = field(default_factory=list)
 
 
 def run_grid_ray(
-    configs: list[RunConfig],
+    cells: list[GridCell],
     db_path: Path,
+    rules: Rules,
     reporter: Reporter | None = None,
-    rules=None,
     order_seed: int | None = None,
     address: str | None = None,
     cpus: int | None = None,
 ) -> GridRun:
     """Every cell as a Ray task, claimed and recorded by this process into the KB at db_path; the results
     come back in planned order. Ctrl-C cancels the cluster's tasks, records their runs crashed and re-raises."""
-    from advisor.rules import load_rules
-
-    ray, rules, reporter = connect(address), rules or load_rules(), reporter or Reporter()
+    ray, reporter = connect(address), reporter or Reporter()
     order_seed = new_order_seed() if order_seed is None else order_seed
-    order = run_order(configs, order_seed)
-    slots = Slots.of(ray, _wanted_device(configs), cpus)
+    order = run_order(cells, order_seed)
+    slots = Slots.of(ray, _wanted_device(cells), cpus)
     task = ray.remote(max_retries=TASK_RETRIES)(run_cell_task)
     probe = ray.remote(describe).options(num_cpus=0, num_gpus=slots.num_gpus)  # a node's machine
     machine = ray.get(probe.remote(slots.device))
-    results: list[CellResult | None] = [None] * len(configs)
+    results: list[CellResult | None] = [None] * len(cells)
     todo = deque((position, index) for position, index in enumerate(order))
     flights: dict = {}
     progress = _progress_queue()
-    with store.writing(db_path) as conn, store.Heartbeat(db_path) as heartbeat:
-        store.mark_crashed(conn, pid_alive)
-        reporter.grid_start(len(configs))
+    with store.writing(db_path) as conn, lease.Heartbeat(db_path) as heartbeat:
+        lease.mark_crashed(conn, pid_alive)
+        reporter.grid_start(len(cells))
         try:
             while todo or flights:
                 while todo and len(flights) < slots.capacity(ray):
                     position, index = todo.popleft()
-                    where = {"seed": order_seed, "position": position, "cells": len(configs)}
-                    flight = _claim(conn, configs[index], index, slots, machine, rules, where)
+                    where = {"seed": order_seed, "position": position, "cells": len(cells)}
+                    flight = _claim(conn, cells[index], index, slots, machine, where)
                     if isinstance(flight, CellResult):
                         results[index] = flight
                         reporter.cell_end(flight)
                         continue
                     heartbeat.hold(flight.run_id)
                     resources = dict(num_cpus=slots.num_cpus, num_gpus=slots.num_gpus)
-                    ref = task.options(**resources).remote(flight.config, rules, progress, flight.run_id)
+                    ref = task.options(**resources).remote(flight.cell, rules, progress, flight.run_id)
                     flights[ref] = flight
                 _follow(ray, flights, progress, reporter, conn, heartbeat, results)
         except BaseException:
@@ -210,8 +206,8 @@ def run_grid_ray(
     return GridRun(results, order_seed, order)
 
 
-def _wanted_device(configs: list[RunConfig]) -> str:
-    devices = {c.device for c in configs}
+def _wanted_device(cells: list[GridCell]) -> str:
+    devices = {c.config.device for c in cells}
     return "cpu" if devices == {"cpu"} else "cuda" if "cuda" in devices else "auto"
 
 
@@ -225,19 +221,19 @@ def _progress_queue():
     return Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
 
 
-def _claim(conn, cfg: RunConfig, index: int, slots: Slots, machine: dict, rules, where: dict):
+def _claim(conn, cell: GridCell, index: int, slots: Slots, machine: dict, where: dict):
     """Claim a cell for the cluster: a _Flight, or the CellResult of a cell that is done or taken."""
-    settings = cfg.settings()
-    resolved = replace(cfg.resolved(), device=slots.device)
-    run = cell_run(resolved, settings, machine, rules)
+    settings = cell.config.settings()
+    resolved = GridCell(replace(cell.config.resolved(), device=slots.device), cell.model)
+    run = cell_run(resolved, settings, machine)
     run["config"] = {**run["config"], "order": where}
-    if run["preset"] == "custom":
+    if not cell.model.reference:
         return CellResult(
-            resolved, "skipped", error="a user's model runs with --executor local (its preflight)"
+            resolved.config, "skipped", error="a user's model runs with --executor local (its preflight)"
         )
-    run_id, taken = store.claim_run(conn, run, pid_alive)
+    run_id, taken = lease.claim_run(conn, run, pid_alive)
     if run_id is None:
-        return CellResult(resolved, "skipped", error=f"already {taken} in this KB for this hardware")
+        return CellResult(resolved.config, "skipped", error=f"already {taken} in this KB for this hardware")
     return _Flight(index, resolved, run_id, run)
 
 
@@ -289,12 +285,12 @@ def _record(ray, ref, flight: _Flight, conn) -> CellResult:
     for row in outcome.epochs:
         store.add_epoch(conn, flight.run_id, row)
     store.finish_run(conn, flight.run_id, outcome.status, outcome.error, outcome.metrics)
-    return CellResult.of(flight.config, flight.run_id, outcome)
+    return CellResult.of(flight.cell.config, flight.run_id, outcome)
 
 
 def _ended(conn, flight: _Flight, status: str, why: str) -> CellResult:
     store.finish_run(conn, flight.run_id, status, why, [])
-    return CellResult(flight.config, status, flight.run_id, error=why)
+    return CellResult(flight.cell.config, status, flight.run_id, error=why)
 
 
 def _abandon(ray, flights: dict, conn) -> None:

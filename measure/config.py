@@ -1,4 +1,5 @@
-"""Run configuration: one dataclass with commented defaults; presets fill what the user leaves unset.
+"""Run configuration: one dataclass with commented defaults; presets fill what the user leaves unset. A
+grid cell is a configuration with its model, resolved once where the grid was planned.
 
 The CLI overrides fields with `dataclasses.replace`; every run row stores the resolved config as JSON and
 hashes it (seed excluded) into the run's cell key.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from advisor.kb.identity import cell_key
+from advisor.model_ref import ResolvedModel
 from measure.optimizers import DEFAULT_LR
 
 # Per preset: micro-batch size, epochs, steps per epoch (optimizer updates under the fair protocol,
@@ -70,7 +73,7 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
-    # The data (--data), resolved once per `advisor measure` before the grid (measure/sources.py), so that no
+    # The data (--data), resolved once per `advisor measure` before the grid (measure/dataset.py), so that no
     # cell touches the network: generated (offline, deterministic) | mmimdb | a Hugging Face dataset id | a
     # local file or folder
     data: str = "generated"
@@ -121,8 +124,6 @@ class RunConfig:
         by its identity (data_id: a revision or a content hash); how it was asked for, where it was read and
         what happened resolving it (a path, a fallback's note) are recorded, not keyed: the same data keys the
         same cell at any path, and the generated corpus the same with or without a fallback."""
-        from advisor.schema import cell_key
-
         recorded = ("data", "data_path", "data_note")
         return cell_key({k: v for k, v in self.as_dict().items() if k not in recorded})
 
@@ -153,10 +154,6 @@ class RunConfig:
         return self.steps_per_epoch if self.protocol == "fair" else self.steps_per_epoch // self.window
 
     @property
-    def micro_batches_per_epoch(self) -> int:
-        return self.steps_per_epoch * self.window if self.protocol == "fair" else self.steps_per_epoch
-
-    @property
     def train_examples(self) -> int:
         """The training set's size: under the fair protocol every strategy draws from the same set, the one
         accumulation needs for an epoch (a plain step samples a fresh part of it every epoch)."""
@@ -167,3 +164,16 @@ class RunConfig:
     @property
     def label(self) -> str:
         return f"{self.model}/{self.preset} {self.optimizer}+{self.strategy} seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One cell of a grid: its run configuration and its model, resolved once where the grid was planned.
+    The object travels to the cell's process (and to a Ray worker), never the model's name alone."""
+
+    config: RunConfig
+    model: ResolvedModel
+
+    def with_config(self, **changes) -> GridCell:
+        """The same cell with some of its configuration changed (`dataclasses.replace` on the config)."""
+        return GridCell(replace(self.config, **changes), self.model)

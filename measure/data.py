@@ -2,7 +2,7 @@
 family for its task (`measure.families`), and the seeded micro-batches of an epoch.
 
 Where the examples come from is the run's choice (`--data`, resolved once per `advisor measure` by
-`measure.sources`, which reads every dataset from local files): the generated corpus, the default, offline
+`measure.dataset`, which reads every dataset from local files): the generated corpus, the default, offline
 and deterministic (MM-IMDb-like movie plots as text, posters whose colour and stripes encode the genre,
 captions that describe the poster), or a dataset: the paper's MM-IMDb, a Hugging Face dataset, the user's
 own files. Both go through the same `datasets.Dataset` path, encoding and seeded shuffling.

@@ -13,6 +13,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from advisor.prediction import accelerators
+from advisor.rules import Rules
+from measure.strategies import autocast, to_device
+
 
 @dataclass(frozen=True)
 class DevicePeak:
@@ -31,24 +35,19 @@ def forward_flops_per_position(model, family, batch: dict, device, dtype: str) -
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from measure.strategies import autocast, to_device
-
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter, autocast(device, dtype):
         family.summed_loss(model, to_device(batch, device))
     return counter.get_total_flops() / positions(batch)
 
 
-def device_peak(device, dtype: str, rules=None) -> DevicePeak | None:
+def device_peak(device, dtype: str, rules: Rules) -> DevicePeak | None:
     """The dense FLOP/s the device could reach at the run's precision, and where that figure comes from."""
     import torch
 
     if device.type == "cuda":
-        from advisor import accelerators
-        from advisor.rules import load_rules
-
         name = torch.cuda.get_device_name(device)
-        acc = accelerators.find(name, rules or load_rules())
+        acc = accelerators.find(name, rules)
         tflops = accelerators.peak_tflops(acc, dtype) if acc else None
         return DevicePeak(tflops * 1e12, f"{acc.name} datasheet, rules/hardware.toml") if tflops else None
     return DevicePeak(

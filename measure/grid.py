@@ -18,9 +18,10 @@ import random
 import secrets
 from pathlib import Path
 
-from advisor import store
+from advisor.kb import lease, store
+from advisor.rules import Rules
 from measure import isolation
-from measure.config import RunConfig
+from measure.config import GridCell
 from measure.progress import Reporter
 from measure.runner import CellResult
 
@@ -34,10 +35,11 @@ class GridRun(list):
         self.order_seed, self.order = order_seed, order
 
 
-def run_order(configs: list[RunConfig], seed: int) -> list[int]:
-    """Indices of `configs` in the order they run: each block of consecutive cells of one (model, seed)
+def run_order(cells: list[GridCell], seed: int) -> list[int]:
+    """Indices of `cells` in the order they run: each block of consecutive cells of one (model, seed)
     shuffled by `seed`, the blocks in planned order."""
     rng, order = random.Random(seed), []
+    configs = [c.config for c in cells]
     for _, block in itertools.groupby(range(len(configs)), key=lambda i: (configs[i].model, configs[i].seed)):
         block = list(block)
         rng.shuffle(block)
@@ -51,10 +53,10 @@ def new_order_seed() -> int:
 
 
 def run_grid(
-    configs: list[RunConfig],
+    cells: list[GridCell],
     db_path: Path,
+    rules: Rules,
     reporter: Reporter | None = None,
-    rules=None,
     order_seed: int | None = None,
 ) -> GridRun:
     """Every cell, each in its own process, into the KB at db_path (created if needed). order_seed shuffles
@@ -64,16 +66,16 @@ def run_grid(
     recorded its run crashed; a KB that cannot take a cell's rows (a full disk) stops it with a KBError."""
     reporter = reporter or Reporter()
     order_seed = new_order_seed() if order_seed is None else order_seed
-    order = run_order(configs, order_seed)
-    results: list[CellResult | None] = [None] * len(configs)
+    order = run_order(cells, order_seed)
+    results: list[CellResult | None] = [None] * len(cells)
     with store.writing(db_path) as conn:
-        store.mark_crashed(conn, isolation.alive)
-        if configs:
+        lease.mark_crashed(conn, isolation.alive)
+        if cells:
             isolation.start_server(rules)
-        reporter.grid_start(len(configs))
+        reporter.grid_start(len(cells))
         for position, index in enumerate(order):
-            where = {"seed": order_seed, "position": position, "cells": len(configs)}
-            result = isolation.run_in_child(configs[index], db_path, conn, reporter, rules, where)
+            where = {"seed": order_seed, "position": position, "cells": len(cells)}
+            result = isolation.run_in_child(cells[index], db_path, conn, reporter, rules, where)
             results[index] = result
             reporter.cell_end(result)
     return GridRun(results, order_seed, order)

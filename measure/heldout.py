@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from measure.data import heldout_batches, load_heldout
+from measure.strategies import autocast, to_device
+
 
 @dataclass(frozen=True)
 class Evaluation:
@@ -20,9 +25,7 @@ class HeldOut:
         self, family, shape, n_examples: int, batch_size: int, split: str = "test", view=None, name=None
     ):
         """From the generated corpus (its split's own seed), or from a dataset's fixed held-out rows (`view`,
-        a measure.sources.DataView, called `name`): always the corpus the run trains on."""
-        from measure.data import heldout_batches, load_heldout
-
+        a measure.dataset.DataView, called `name`): always the corpus the run trains on."""
         self.family = family
         if view is None:
             dataset, self.source = load_heldout(family, shape, n_examples, split)
@@ -32,10 +35,6 @@ class HeldOut:
         self.batches = list(heldout_batches(dataset, family, batch_size, shape))
 
     def evaluate(self, model, device, dtype: str = "fp32") -> Evaluation:
-        import torch
-
-        from measure.strategies import autocast, to_device
-
         was_training = model.training
         model.eval()  # no dropout
         loss = right = targets = 0

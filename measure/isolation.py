@@ -26,9 +26,11 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from advisor import store
-from advisor.schema import KBError
-from measure.config import RunConfig
+from advisor.errors import KBError
+from advisor.kb import lease, store
+from advisor.rules import Rules
+from measure.config import GridCell
+from measure.families import family
 from measure.hardware import pid_alive
 from measure.progress import ForwardingReporter, Reporter, replay
 from measure.runner import CellOutcome, CellResult, run_cell, train_cell
@@ -42,7 +44,7 @@ PRELOAD = (
     "transformers.modeling_utils",
     "datasets",
     "advisor.cli",
-    "advisor.store",
+    "advisor.kb.store",
     "measure.data",
     "measure.models",
     "measure.monitor",
@@ -65,12 +67,9 @@ SIGNALS = {
 _preloading = False  # whether this process has chosen its fork server's preload
 
 
-def preload(rules=None) -> list[str]:
+def preload(rules: Rules) -> list[str]:
     """The modules the fork server imports: the measure side, and each family of the rules with the
     transformers modules that build its models (llama's pulls in generation: 0.26 s a cell otherwise)."""
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
     modules = list(PRELOAD)
     for name, spec in rules.families.items():
         if spec.module:
@@ -78,11 +77,9 @@ def preload(rules=None) -> list[str]:
     return list(dict.fromkeys(modules))
 
 
-def _modeling_modules(name: str, rules) -> list[str]:
+def _modeling_modules(name: str, rules: Rules) -> list[str]:
     """transformers' modeling modules of a family's reference model and of its sub-models."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
-
-    from measure.families import family
 
     try:
         config, _ = family(name, rules).reference_config("tiny")
@@ -93,7 +90,7 @@ def _modeling_modules(name: str, rules) -> list[str]:
     return [f"transformers.models.{m}.modeling_{m}" for m in names]
 
 
-def start_server(rules=None) -> None:
+def start_server(rules: Rules) -> None:
     """Start the fork server now, if it is not running: it imports in the background while the grid gets
     ready. Its preload is chosen once per process (a server that died restarts with it)."""
     global _preloading
@@ -154,12 +151,12 @@ class _Heard:
 
 
 def run_in_child(
-    cfg: RunConfig, db_path: Path, conn: sqlite3.Connection, reporter: Reporter, rules=None, order=None
+    cell: GridCell, db_path: Path, conn: sqlite3.Connection, reporter: Reporter, rules: Rules, order=None
 ) -> CellResult:
     """run_cell in a fresh process; its progress drives `reporter` here. conn (the grid's) marks the run
     of a process that died crashed. Raises KeyboardInterrupt after Ctrl-C (the cell recorded), and
     KBError with the cell's sentence when the KB could not take its rows."""
-    args = (cfg, str(Path(db_path).absolute()), rules, order)
+    args = (cell, str(Path(db_path).absolute()), rules, order)
     heard, interrupted, proc = _in_child(_cell_process, args, reporter, rules)
     if interrupted or heard.interrupted:
         _mark_crashed(conn)
@@ -169,14 +166,14 @@ def run_in_child(
         raise KBError(heard.kb_error)
     if heard.result is not None:
         return heard.result
-    return _crashed(conn, cfg, heard.run_id, heard.raised or death_sentence(proc.exitcode))
+    return _crashed(conn, cell, heard.run_id, heard.raised or death_sentence(proc.exitcode))
 
 
-def train_in_child(cfg: RunConfig, reporter: Reporter, rules=None) -> tuple[CellOutcome, dict | None]:
+def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[CellOutcome, dict | None]:
     """train_cell (a resolved cell, no KB) in a fresh process: (its outcome, its model's info). A process
     that dies without an outcome is a `crashed` outcome with the sentence. A cluster's worker runs cells so:
     the imports once per worker, memory each cell's own. Raises KeyboardInterrupt after Ctrl-C."""
-    heard, interrupted, proc = _in_child(_train_process, (cfg, rules), reporter, rules)
+    heard, interrupted, proc = _in_child(_train_process, (cell, rules), reporter, rules)
     if interrupted or heard.interrupted:
         raise KeyboardInterrupt
     if heard.outcome is not None:
@@ -246,9 +243,10 @@ def _end(proc, stop: bool) -> bool:
     return bool(held)
 
 
-def _crashed(conn: sqlite3.Connection, cfg: RunConfig, run_id: int | None, sentence: str) -> CellResult:
+def _crashed(conn: sqlite3.Connection, cell: GridCell, run_id: int | None, sentence: str) -> CellResult:
     """The result of a cell whose process ended without one: its run marked crashed, with the sentence."""
-    store.mark_crashed(conn, alive)
+    cfg = cell.config
+    lease.mark_crashed(conn, alive)
     row = None
     if run_id is not None:
         row = conn.execute("SELECT status, error FROM runs WHERE id = ?", [run_id]).fetchone()
@@ -262,7 +260,7 @@ def _crashed(conn: sqlite3.Connection, cfg: RunConfig, run_id: int | None, sente
 def _mark_crashed(conn: sqlite3.Connection) -> None:
     """Best effort on the way out (the disk may be full): a run left behind is crashed by the next grid."""
     with contextlib.suppress(KBError, sqlite3.Error):
-        store.mark_crashed(conn, alive)
+        lease.mark_crashed(conn, alive)
 
 
 @contextlib.contextmanager
@@ -283,7 +281,7 @@ def _sigint_deferred():
 # --- the cell's side ----------------------------------------------------------------------------------
 
 
-class _ClaimTelling(store.Heartbeat):
+class _ClaimTelling(lease.Heartbeat):
     """The cell's heartbeat, which also tells the grid the run it claimed (to mark it if the cell dies)."""
 
     def __init__(self, path, send):
@@ -295,14 +293,14 @@ class _ClaimTelling(store.Heartbeat):
         self._send(("claimed", run_id))
 
 
-def _cell_process(cfg, db_path, rules, order, pipe, watch, environ) -> None:
+def _cell_process(cell, db_path, rules, order, pipe, watch, environ) -> None:
     """The body of a cell's process (the target the fork server runs)."""
     send = _child_setup(pipe, watch, environ)
     code = 0
     try:
         reporter = ForwardingReporter(send)
         with store.writing(db_path) as conn, _ClaimTelling(db_path, send) as heartbeat:
-            result = run_cell(cfg, conn, reporter, rules, heartbeat, order=order)
+            result = run_cell(cell, conn, rules, reporter, heartbeat, order=order)
         reporter.flush()
         send(("result", result))
     except KeyboardInterrupt:
@@ -318,13 +316,13 @@ def _cell_process(cfg, db_path, rules, order, pipe, watch, environ) -> None:
     sys.exit(code)
 
 
-def _train_process(cfg, rules, pipe, watch, environ) -> None:
+def _train_process(cell, rules, pipe, watch, environ) -> None:
     """The body of a training-only cell's process: its model's info and its outcome go to the pipe."""
     send = _child_setup(pipe, watch, environ)
     code = 0
     try:
         reporter = ForwardingReporter(send)
-        outcome = train_cell(cfg, reporter, lambda info: send(("built", info)), None, rules)
+        outcome = train_cell(cell, rules, reporter, lambda info: send(("built", info)))
         reporter.flush()
         send(("outcome", outcome))
         code = 130 if outcome.interrupted else 0

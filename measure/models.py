@@ -1,15 +1,19 @@
 """Building the model of a cell: a family's reference model at a preset (tiny, small, paper), or a user's
-model from a local folder or a cached Hugging Face id.
+model from its config (a local folder or a cached Hugging Face id), both from a `ResolvedModel`.
 
 Models are built from configs (random init) unless pretrained weights are on disk; the run records which.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 
+from advisor.model_ref import ResolvedModel
+from advisor.rules import Rules
 from measure.families import Family, Shape, family
 from measure.families.base import Sizes, from_config
+from measure.tokenizer import carries_tokenizer, from_folder
 
 
 @dataclass
@@ -22,80 +26,87 @@ class BuiltModel:
     name: str
 
 
-def reference_family(model: str, rules=None) -> Family | None:
-    """The family whose reference model is called `model` ('vit', 'llama', ...), or None."""
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
-    name = rules.reference_models().get(model)
-    return family(name, rules) if name else None
-
-
 def build_model(
-    model: str,
+    model: ResolvedModel,
     preset: str,
+    rules: Rules,
     dropout: float | None = None,
     seed: int = 0,
-    rules=None,
     sizes: Sizes | None = None,
 ) -> BuiltModel:
-    """A reference model ('vit', 'modernbert', 'llama', 'nanovlm') at a preset, or an HF id / local folder;
-    sized to the data (`sizes`: sequence length, image size, classes; ValueError where a model cannot be)."""
+    """A reference model at a preset, or a user's model; sized to the data (`sizes`: sequence length, image
+    size, classes; ValueError where a model cannot be)."""
     import torch
 
     torch.manual_seed(seed)  # random init is part of the seed's run
-    fam = reference_family(model, rules)
-    if fam is not None:
+    fam = family(model.family.name, rules)
+    if model.reference:
         config, shape = sized_reference(fam, preset, sizes or Sizes(), rules)
         if dropout is not None:
             set_dropout(config, dropout)
-        net = from_config(fam.model_class(), config)
-        pretrained = False
+        net, pretrained = from_config(fam.model_class(), config), False
     else:
-        net, fam, shape, pretrained = _user_model(model, dropout, rules, sizes or Sizes())
+        net, shape, pretrained = _user_model(model, fam, dropout, sizes or Sizes(), rules)
     net.train()
     n_params = sum(p.numel() for p in net.parameters())
-    return BuiltModel(net, fam, shape, pretrained, n_params, model)
+    return BuiltModel(net, fam, shape, pretrained, n_params, model.name)
 
 
-def reference_config(fam: Family, preset: str, rules=None):
-    from advisor.rules import load_rules
-
-    presets = (rules or load_rules()).presets
-    if preset not in presets:
-        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(presets)}")
+def reference_config(fam: Family, preset: str, rules: Rules):
+    if preset not in rules.presets:
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(rules.presets)}")
     return fam.reference_config(preset)
 
 
-def sized_reference(fam: Family, preset: str, sizes: Sizes, rules=None):
+def sized_reference(fam: Family, preset: str, sizes: Sizes, rules: Rules):
     """(config, shape) of a family's reference model at a preset, built to the sizes asked for."""
     config, shape = reference_config(fam, preset, rules)
     return fam.sized(config, shape, sizes, reference=True)
 
 
-def sized_user_config(name: str, sizes: Sizes, rules=None):
+def model_config(model: ResolvedModel, rules: Rules):
+    """The transformers config of a model: a reference model's at its preset, a user's from its
+    config.json as it was read."""
+    if model.reference:
+        return reference_config(family(model.family.name, rules), model.preset, rules)[0]
+    return transformers_config(model)
+
+
+def transformers_config(model: ResolvedModel):
+    """A user's model's config as transformers builds it, from the config.json read once (no second read)."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return CONFIG_MAPPING[model.model_type].from_dict(dict(model.config))
+    except KeyError:
+        raise ValueError(
+            f"transformers {_version()} does not know model_type {model.model_type!r} of {model.name}"
+        ) from None
+
+
+def _version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def user_config(model: ResolvedModel, rules: Rules):
+    """(transformers config, family, data shape) of a user's model, offline."""
+    config = transformers_config(model)
+    fam = family(model.family.name, rules)
+    return config, fam, fam.shape_of(config)
+
+
+def sized_user_config(model: ResolvedModel, sizes: Sizes, rules: Rules):
     """(config, family, shape) of a user's model, with the tokenizer and image normalisation its folder
     carries, checked against the sizes asked for (ValueError saying what does not fit)."""
-    config, fam, shape = user_config(name, rules)
-    config, shape = fam.sized(config, shape, carried(model_folder(name, rules), sizes), reference=False)
+    config, fam, shape = user_config(model, rules)
+    config, shape = fam.sized(config, shape, carried(model.config_path.parent, sizes), reference=False)
     return config, fam, shape
-
-
-def model_folder(name: str, rules=None):
-    """The local folder (or cached snapshot) of a user's model."""
-    from advisor.model_ref import resolve_model
-    from advisor.rules import load_rules
-
-    return resolve_model(name, rules or load_rules()).config_path.parent
 
 
 def carried(folder, sizes: Sizes) -> Sizes:
     """The sizes with what a model's folder carries: its tokenizer, its image processor's normalisation."""
-    import json
-    from dataclasses import replace
-
-    from measure.tokenizer import carries_tokenizer, from_folder
-
     if sizes.tokenizer is None and carries_tokenizer(folder):
         sizes = replace(sizes, tokenizer=from_folder(folder, folder.name))
     processor = folder / "preprocessor_config.json"
@@ -107,11 +118,11 @@ def carried(folder, sizes: Sizes) -> Sizes:
     return sizes
 
 
-def reference_shape(model: str, preset: str, rules=None) -> tuple[Family, Shape]:
+def reference_shape(model: ResolvedModel, preset: str, rules: Rules) -> tuple[Family, Shape]:
     """The family and data shape of a reference model at a preset, without building (initialising) it."""
-    fam = reference_family(model, rules)
-    if fam is None:
-        raise ValueError(f"{model!r} is not a reference model")
+    if not model.reference:
+        raise ValueError(f"{model.name!r} is not a reference model")
+    fam = family(model.family.name, rules)
     return fam, reference_config(fam, preset, rules)[1]
 
 
@@ -124,27 +135,10 @@ def set_dropout(config, p: float) -> None:
             set_dropout(value, p)
 
 
-def user_config(name: str, rules=None):
-    """(transformers config, family, data shape) of a local folder or a cached HF id, offline."""
-    from transformers import AutoConfig
-
-    from advisor.model_ref import resolve_model
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
-    resolved = resolve_model(name, rules)
-    config = AutoConfig.from_pretrained(str(resolved.config_path.parent), local_files_only=True)
-    fam = family(resolved.family.name, rules)
-    return config, fam, fam.shape_of(config)
-
-
-def _user_model(name: str, dropout: float | None, rules, sizes: Sizes):
-    """A local folder or a cached HF id: family from model_type via rules/, weights when present."""
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
-    config, fam, shape = sized_user_config(name, sizes, rules)
-    folder = model_folder(name, rules)
+def _user_model(model: ResolvedModel, fam: Family, dropout: float | None, sizes: Sizes, rules: Rules):
+    """A user's model: its config sized to the run, weights when its folder holds them."""
+    config, _, shape = sized_user_config(model, sizes, rules)
+    folder = model.config_path.parent
     if dropout is not None:
         set_dropout(config, dropout)
     cls = fam.model_class()
@@ -153,4 +147,4 @@ def _user_model(name: str, dropout: float | None, rules, sizes: Sizes):
         net = cls.from_pretrained(str(folder), config=config, local_files_only=True)
     else:
         net = from_config(cls, config)
-    return net, fam, shape, has_weights
+    return net, shape, has_weights

@@ -18,26 +18,29 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
 from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from measure.config import RunConfig
+from advisor.errors import FitError, InputError, KBError
+from advisor.kb.reader import open_for_reading
+from advisor.kb.store import FINAL
+from advisor.prediction import accelerators
+from advisor.prediction.answer import fit
+from advisor.prediction.cache import open_cache
+from advisor.prediction.question import FitOptions, question
+from advisor.rules import Rules
+from measure.config import GridCell, RunConfig
+from measure.families import family
+from measure.hardware import describe, resolve_device
+from measure.prediction import trace
 
 STARTUP_S = 10.0  # a cell's fresh process: imports, model build, data (seconds; measured 1-8 s here)
-
-
-class PlanInputError(ValueError):
-    """A --plan that cannot be made as asked; `param` names the flag to fix."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass
@@ -113,63 +116,49 @@ def lpt_makespan(costs: list[float], workers: int) -> float:
     return max(loads, default=0.0)
 
 
-def plan_cells(configs: list[RunConfig], rules, gpu: str | None, workers: list[int], db=None) -> Plan:
+def plan_cells(cells: list[GridCell], rules: Rules, gpu: str | None, workers: list[int], db=None) -> Plan:
     """Every cell's predicted time and memory on `gpu` (None: this machine), and the makespans."""
-    from advisor import accelerators
-    from advisor.fit import open_cache
-
-    try:
-        acc = accelerators.resolve(gpu or _this_accelerator(rules), rules)
-    except accelerators.UnknownAccelerator as e:
-        raise PlanInputError(str(e), "--gpu") from e
-    if gpu is None and any(c.device == "cuda" for c in configs) and _this_accelerator(rules) == "cpu":
-        raise PlanInputError(
+    configs = [c.config for c in cells]
+    acc = accelerators.resolve(gpu or _this_accelerator(), rules)
+    if gpu is None and any(c.device == "cuda" for c in configs) and _this_accelerator() == "cpu":
+        raise InputError(
             "--device cuda, but this machine has no GPU: pass --gpu NAME, the accelerator the cells will run on.",
             "--gpu",
         )
-    read, write_path = open_cache(db)
+    cache = open_cache(db)
     runs = _evidence(db)
     here = _this_hardware() if gpu is None else None  # measured evidence and done cells: this machine's
     evidence = _measured_times(runs, configs, here) if here else {}
     rate = _cpu_gflops(runs) if acc.key == "cpu" else {}
-    fits = _fit_rows(configs, acc, rules, read, write_path)
-    cells = [_cost(c.resolved(), evidence, fits, rate) for c in configs]
-    done = _done(read, here) if here else set()
-    for cell in cells if done else ():
-        cell.done = (_key(cell.config), cell.config.seed) in done
-    plan = Plan(cells, acc.name, accelerators.memory_gb(acc))
+    fits = _fit_rows(cells, acc, rules, cache)
+    costs = [_cost(c.resolved(), evidence, fits, rate) for c in configs]
+    done = _done(cache.read, here) if here else set()
+    for cost in costs if done else ():
+        cost.done = (_key(cost.config), cost.config.seed) in done
+    plan = Plan(costs, acc.name, accelerators.memory_gb(acc))
     plan.makespans = {w: lpt_makespan(plan.runnable, w) for w in workers}
     return plan
 
 
 def _evidence(db):
     """The runs to price cells from: --db's KB alone, else the shipped KB with the user's (None: none)."""
-    from advisor.kb import open_for_reading
-    from advisor.schema import KBError
-
     try:
         return open_for_reading(db)
     except KBError:  # a KB that does not exist yet (measure creates it) has no evidence
         return None
 
 
-def _this_accelerator(rules) -> str:
-    import torch
-
+def _this_accelerator() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def _this_hardware() -> str:
-    from measure.hardware import describe, resolve_device
-
     return describe(resolve_device("auto"))["hardware"]
 
 
 def _done(read, hardware: str) -> set[tuple[str, int]]:
     """(cell key, seed) of the cells that already ended (ok, oom, diverged, untrained) on `hardware` in the
     KB measure writes: it would skip them."""
-    from advisor.store import FINAL
-
     if read is None:
         return set()
     rows = read.execute(
@@ -197,15 +186,11 @@ def _measured_times(read, configs: list[RunConfig], hardware: str) -> dict[str, 
 
 
 def _key(cfg: RunConfig) -> str:
-    from measure.hardware import resolve_device
-
     return replace(cfg, device=resolve_device(cfg.device)).cell_key()
 
 
 def _cpu_gflops(read) -> dict[tuple[str, str] | None, float]:
     """The median GFLOP/s achieved by ok runs measured on this CPU, per (model, preset) and over all (None)."""
-    from measure.hardware import describe
-
     if read is None:
         return {}
     rows = read.execute(
@@ -220,44 +205,46 @@ def _cpu_gflops(read) -> dict[tuple[str, str] | None, float]:
     return {k: statistics.median(v) for k, v in by.items()}
 
 
-def _fit_rows(configs, acc, rules, read, write_path) -> dict[tuple, object]:
+def _fit_rows(cells: list[GridCell], acc, rules: Rules, cache) -> dict[tuple, object]:
     """(model, preset, batch, dtype, k, optimizer, strategy) -> (advisor fit's Row, its MFU), one fit per
     model shape."""
-    from advisor.fit import FitError, FitInputError, fit, question
-
-    groups: dict[tuple, set[tuple[str, str]]] = {}
-    for cfg in (c.resolved() for c in configs):
-        groups.setdefault(_shape(cfg), set()).add((cfg.optimizer, cfg.strategy))
+    groups: dict[tuple, tuple[GridCell, set[tuple[str, str]]]] = {}
+    for cell in cells:
+        cfg = cell.config.resolved()
+        groups.setdefault(_shape(cfg), (GridCell(cfg, cell.model), set()))[1].add(
+            (cfg.optimizer, cfg.strategy)
+        )
     rows: dict[tuple, object] = {}
-    with tempfile.TemporaryDirectory(prefix="advisor-plan-") as tmp:
-        for shape, pairs in groups.items():
-            model, preset, batch, dtype, k, seq_len, image_size = shape
-            info, seq, image = _model_info(model, preset, rules, Path(tmp))
-            seq = seq_len if seq_len is not None else seq
-            image = image_size if image_size is not None else image
-            optimizers = tuple(sorted({o for o, _ in pairs}))
-            strategies = tuple(sorted({s for _, s in pairs}))
-            try:
-                q = question(
-                    info,
-                    rules,
-                    acc.key,
-                    None,
-                    batch,
-                    seq,
-                    image,
-                    dtype,
-                    k,
-                    optimizers,
-                    strategies,
-                )
-                answer = fit(q, rules, read, write_path)
-            except FitInputError as e:
-                raise PlanInputError(str(e), e.param) from e
-            except FitError as e:
-                raise PlanInputError(f"cannot plan {model}: {e}", "--model") from e
-            rows.update({(*shape, r.optimizer, r.strategy): (r, answer.mfu) for r in answer.rows})
+    for shape, (cell, pairs) in groups.items():
+        model, options = _fit_question(cell, pairs, rules)
+        try:
+            answer = fit(question(model, options, rules, accelerator=acc), rules, cache, trace)
+        except FitError as e:
+            raise InputError(f"cannot plan {cell.config.model}: {e}", "--model") from e
+        rows.update({(*shape, r.optimizer, r.strategy): (r, answer.mfu) for r in answer.rows})
     return rows
+
+
+def _fit_question(cell: GridCell, pairs: set[tuple[str, str]], rules: Rules):
+    """advisor fit's model and options for a resolved cell: a reference model at its preset, with that
+    preset's sequence length and image size unless the cell sets its own."""
+    cfg, model = cell.config, cell.model
+    seq, image = cfg.seq_len, cfg.image_size
+    if model.reference:
+        model = replace(model, preset=cfg.preset)
+        _, shape = family(model.family.name, rules).reference_config(cfg.preset)
+        seq = seq if seq is not None else shape.seq_len if model.family.takes_text else None
+        image = image if image is not None else shape.image_size if model.family.takes_images else None
+    options = FitOptions(
+        batch_size=cfg.batch_size,
+        seq_len=seq,
+        image_size=image,
+        dtype=cfg.dtype,
+        accumulation_steps=cfg.accumulation_steps,
+        optimizers=tuple(sorted({o for o, _ in pairs})),
+        strategies=tuple(sorted({s for _, s in pairs})),
+    )
+    return model, options
 
 
 def _shape(cfg: RunConfig) -> tuple:
@@ -271,25 +258,6 @@ def _shape(cfg: RunConfig) -> tuple:
         cfg.seq_len,
         cfg.image_size,
     )
-
-
-def _model_info(model: str, preset: str, rules, tmp: Path):
-    """fit's ModelInfo of a cell's model at its preset, with its sequence length and image size."""
-    from advisor.fit import model_info
-    from measure.families import family
-
-    reference = rules.reference_models().get(model)
-    if not reference:
-        info = model_info(model, rules)
-        return info, None, None
-    config, shape = family(reference, rules).reference_config(preset)
-    folder = tmp / f"{model}-{preset}"
-    folder.mkdir(exist_ok=True)
-    config.to_json_file(folder / "config.json")
-    info = replace(model_info(str(folder), rules), name=model)  # named as the user typed it, in messages
-    seq = shape.seq_len if info.text else None
-    image = shape.image_size if info.task in ("vision", "vlm") else None
-    return info, seq, image
 
 
 def _cost(cfg: RunConfig, evidence: dict, fits: dict, cpu_gflops: dict) -> CellCost:

@@ -21,19 +21,29 @@ against a full trace, and the prediction against a real step's live tensor bytes
 from __future__ import annotations
 
 import copy
-import difflib
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from fractions import Fraction
 from unittest import mock
 
-from advisor.fit import ENGINE_VERSION  # bump it when what a prediction means changes: the cache keys on it
-from measure.families import Family
+from advisor.errors import FitError
+from advisor.prediction.question import Question
+from advisor.prediction.step import (
+    BATCHES,
+    CATEGORIES,
+    ENGINE_VERSION,
+    depth_points,
+    envelope,
+    extrapolate_depth,
+    line,
+)
+from advisor.rules import Rules
+from measure.families import Family, family
 from measure.families.base import from_config
+from measure.models import model_config
+from measure.optimizers import make_optimizer
 from measure.strategies import STRATEGIES, enable_checkpointing, uses_checkpointing
-from measure.tracing import CATEGORIES, InputValues, LiveBytes, OpFlops, OpTraffic, ScalarOracle
+from measure.tracing import InputValues, LiveBytes, OpFlops, OpTraffic, ScalarOracle
 
-DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 SUB_CONFIGS = ("text_config", "vision_config")
 TRACE_LR = 1e-3  # the rate never changes memory or FLOPs
@@ -200,8 +210,6 @@ def trace_optimizers(spec: Spec, config, names: list[str]) -> dict[str, dict]:
     category at the second step's peak ("peak"), and the bytes its ops read and write ("traffic")."""
     import torch
 
-    from measure.optimizers import make_optimizer
-
     out = {}
     with fake_tensors() as (mode, _):
         model = build(spec, config, mode)
@@ -229,92 +237,25 @@ def trace_optimizers(spec: Spec, config, names: list[str]) -> dict[str, dict]:
     return out
 
 
-BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
-
-
-def envelope(low: list, high: list) -> list[dict]:
-    """A phase traced at the two BATCHES as lines in the batch (every op's live bytes are affine in it), cut
-    to those that are the phase's maximum for some batch >= 1: the peak at any batch."""
-    lines = {}
-    for v1, v2 in _aligned(low, high):
-        slope = tuple((b - a) // (BATCHES[1] - BATCHES[0]) for a, b in zip(v1, v2, strict=True))
-        start = tuple(
-            a - BATCHES[0] * s for a, s in zip(v1, slope, strict=True)
-        )  # the line's value at batch 0
-        key = sum(slope)
-        if key not in lines or sum(start) > sum(lines[key][0]):
-            lines[key] = (start, slope)
-    hull: list[tuple[tuple, tuple]] = []
-    for line in sorted(lines.values(), key=lambda ln: sum(ln[1])):
-        while len(hull) >= 2 and _cross(hull[-2], line) <= _cross(hull[-2], hull[-1]):
-            hull.pop()
-        hull.append(line)
-    # hull[i] is the maximum between its crossings with hull[i-1] and hull[i+1]: keep those reaching batch 1
-    kept = [ln for i, ln in enumerate(hull) if i == len(hull) - 1 or _cross(ln, hull[i + 1]) >= 1]
-    return [
-        {"a": dict(zip(CATEGORIES, a, strict=True)), "b": dict(zip(CATEGORIES, b, strict=True))}
-        for a, b in kept
-    ]
-
-
-def _aligned(low: list, high: list):
-    """Pairs of live-byte vectors op by op. Where one batch size runs an op the other does not (a copy a
-    contiguous layout makes unnecessary), the other's previous vector stands in for it."""
-    if [op for op, _ in low] == [op for op, _ in high]:
-        return [(a, b) for (_, a), (_, b) in zip(low, high, strict=True)]
-    pairs = []
-    matcher = difflib.SequenceMatcher(a=[op for op, _ in low], b=[op for op, _ in high], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs += [(low[i][1], high[j][1]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]
-            continue
-        for k in range(max(i2 - i1, j2 - j1)):
-            a = low[min(i1 + k, i2 - 1)][1] if i2 > i1 else low[i1 - 1][1]
-            b = high[min(j1 + k, j2 - 1)][1] if j2 > j1 else high[j1 - 1][1]
-            pairs.append((a, b))
-    return pairs
-
-
-def _cross(low, high) -> Fraction:
-    """The batch at which line `high` (the larger slope) overtakes line `low`."""
-    return Fraction(sum(low[0]) - sum(high[0]), sum(high[1]) - sum(low[1]))
-
-
 def parameter_count(spec: Spec) -> int:
     """The model's parameters, counted on fake models at depth 1 and 2 and extrapolated (exact: every
     block of a stack has the same parameters)."""
     knobs = depth_knobs(spec.config)
     counts = {}
-    for d in _depth_points(knobs):
+    for d in depth_points(knobs):
         with fake_tensors() as (mode, _):
             model = build(spec, at_depth(spec.config, dict(zip(knobs, d, strict=True))), mode)
             counts[d] = sum(p.numel() for p in model.parameters())
     return extrapolate_depth(counts, knobs)
 
 
-def _depth_points(knobs: dict) -> list[tuple[int, ...]]:
-    """The depth points traced: every stack at 1 block, then each stack at 2 in turn."""
-    return [tuple(1 for _ in knobs)] + [
-        tuple(2 if i == j else 1 for i in range(len(knobs))) for j in range(len(knobs))
-    ]
-
-
-def extrapolate_depth(values: dict, knobs: dict) -> int:
-    """A quantity known at the depth points, at the full depths: affine in each stack's depth."""
-    points = _depth_points(knobs)
-    base = values[points[0]]
-    return base + sum(
-        (full - 1) * (values[p] - base) for p, full in zip(points[1:], knobs.values(), strict=True)
-    )
-
-
 def predict(
     spec: Spec, optimizers: list[str], strategies: list[str] = STRATEGIES
 ) -> dict[tuple[str, str], dict]:
     """The prediction of every (optimizer, strategy): a payload the answer side evaluates at any batch size
-    without torch (advisor/fit.py): per phase and depth point, the lines of its peak in the batch."""
+    without torch (advisor/prediction/fit.py): per phase and depth point, the lines of its peak in the batch."""
     knobs = depth_knobs(spec.config)
-    points = _depth_points(knobs)
+    points = depth_points(knobs)
     configs = {d: at_depth(spec.config, dict(zip(knobs, d, strict=True))) for d in points}
     windows = {
         ckpt: {(d, b): trace_window(spec, configs[d], b, ckpt) for d in points for b in BATCHES}
@@ -332,9 +273,9 @@ def predict(
             "points": [list(d) for d in points],
             "n_params": [traces[(d, one)].n_params for d in points],
             "attention": traces[(points[0], one)].attention,
-            "flops": [_line(traces[(d, one)].flops, traces[(d, two)].flops) for d in points],
+            "flops": [line(traces[(d, one)].flops, traces[(d, two)].flops) for d in points],
         }
-        inputs = _line(traces[(points[0], one)].inputs, traces[(points[0], two)].inputs)
+        inputs = line(traces[(points[0], one)].inputs, traces[(points[0], two)].inputs)
         for strategy in [s for s in strategies if uses_checkpointing(s) == ckpt]:
             names = ["forward0", "backward0"] + (
                 ["forward1", "backward1"] if strategy.endswith("accumulation") else []
@@ -373,7 +314,22 @@ def _step_line(step: dict[str, int], inputs: tuple[int, int]) -> dict:
     }
 
 
-def _line(low: int, high: int) -> tuple[int, int]:
-    """(value at batch 0, per sample) of a quantity affine in the batch, from its values at the BATCHES."""
-    slope = (high - low) // (BATCHES[1] - BATCHES[0])
-    return low - BATCHES[0] * slope, slope
+def trace(q: Question, pairs: list[tuple[str, str]], rules: Rules) -> dict[tuple[str, str], dict]:
+    """advisor fit's tracer: the payload of each (optimizer, strategy) pair of a question, traced on the
+    model's config (a reference model at its preset, a user's from its config.json as read)."""
+    try:
+        config = model_config(q.model, rules)
+    except (ValueError, KeyError, OSError) as e:
+        raise FitError(f"transformers cannot build {q.model.name} from its config: {_first_line(e)}") from e
+    spec = Spec(config, family(q.model.family.name, rules), q.seq_len, q.image_size, q.dtype, q.device)
+    optimizers = sorted({o for o, _ in pairs}, key=list(rules.optimizers).index)
+    strategies = sorted({s for _, s in pairs}, key=list(rules.strategies).index)
+    try:
+        out = predict(spec, optimizers, strategies)
+    except (ValueError, NotImplementedError, RuntimeError, TypeError) as e:
+        raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
+    return {p: out[p] for p in pairs}
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

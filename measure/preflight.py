@@ -4,22 +4,25 @@ engine (no memory allocated) and skipped, with the prediction, instead of swappi
 
 from __future__ import annotations
 
-from measure.config import RunConfig
+from advisor.prediction.step import tensor_peak
+from advisor.rules import Rules
+from measure.config import GridCell
+from measure.models import user_config
+from measure.prediction import Spec, predict
 
 MARGIN = 0.9  # of the memory available now: the process, data and other programs need the rest
 
 
-def will_not_fit(cfg: RunConfig, rules=None) -> str | None:
+def will_not_fit(cell: GridCell, rules: Rules) -> str | None:
     """Why a resolved cell of a user's model would not fit here (predicted GB > available GB), or None."""
-    from advisor.fit import tensor_peak
-
-    payload = _prediction(cfg.model, cfg.optimizer, cfg.strategy, cfg.device, rules)
+    cfg = cell.config
+    payload = _prediction(cell, rules)
     need = sum(tensor_peak(payload, cfg.batch_size)[1].values()) / 1e9
     capped = cfg.memory_cap_gb is not None and cfg.memory_cap_gb < available_gb(cfg.device)
     have = (cfg.memory_cap_gb if capped else available_gb(cfg.device)) * MARGIN
     if need <= have:
         return None
-    where = "under --memory-cap" if capped else "on this machine"
+    where = "under --memory" if capped else "on this machine"
     return (
         f"predicted {need:.1f} GB of tensors > {have:.1f} GB available {where} (advisor fit): not "
         f"built. --preset applies to vit, modernbert, llama and nanovlm; pass a smaller config for your own model"
@@ -29,16 +32,14 @@ def will_not_fit(cfg: RunConfig, rules=None) -> str | None:
 _PREDICTED: dict[tuple, dict] = {}  # one trace per model and cell kind in a process
 
 
-def _prediction(model: str, optimizer: str, strategy: str, device: str, rules) -> dict:
-    from measure.models import user_config
-    from measure.prediction import Spec, predict
-
-    key = (model, optimizer, strategy, device, id(rules))
+def _prediction(cell: GridCell, rules: Rules) -> dict:
+    cfg = cell.config
+    key = (cell.model.config_hash, cfg.optimizer, cfg.strategy, cfg.device)
     if key not in _PREDICTED:
-        config, fam, shape = user_config(model, rules)
-        seq = shape.seq_len if fam.name != "vision" else None
-        spec = Spec(config, fam, seq, shape.image_size, "fp32", device)
-        _PREDICTED[key] = predict(spec, [optimizer], [strategy])[(optimizer, strategy)]
+        config, fam, shape = user_config(cell.model, rules)
+        seq = shape.seq_len if cell.model.family.takes_text else None
+        spec = Spec(config, fam, seq, shape.image_size, "fp32", cfg.device)
+        _PREDICTED[key] = predict(spec, [cfg.optimizer], [cfg.strategy])[(cfg.optimizer, cfg.strategy)]
     return _PREDICTED[key]
 
 

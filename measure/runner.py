@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from advisor import store
-from advisor.schema import KBError
-from measure.config import RunConfig
+from advisor.errors import InputError, KBError
+from advisor.kb import lease, store
+from advisor.model_ref import ResolvedModel
+from advisor.rules import Rules
+from measure.config import GridCell, RunConfig
 from measure.hardware import describe, owner, pid_alive, resolve_device
+from measure.preflight import will_not_fit
 from measure.progress import Reporter
-from measure.trainer import Diverged, OutOfMemory, Trainer, Untrained
+from measure.trainer import Diverged, Trainer, Untrained, is_oom
 
 SOURCE = "measured"
 TUNING_SOURCE = "measured:tuning"
@@ -74,97 +77,55 @@ class CellOutcome:
         return {name: value for name, value, _ in self.metrics}
 
 
-class PlanError(ValueError):
-    """A grid that cannot run as asked; `param` names the flag to fix."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
-
-
-def is_oom(exc: BaseException) -> bool:
-    import torch
-
-    if isinstance(exc, OutOfMemory | MemoryError | torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
-    )
-
-
-def grid(
-    models: Iterable[str],
-    optimizers: dict[str, list[str]],
-    strategies: dict[str, list[str]],
-    seeds: Iterable[int],
-    base: RunConfig,
-) -> list[RunConfig]:
-    """Configurations in run order: model, then seed, then optimizer × strategy (so an early stop still
-    leaves whole seeds)."""
-    return [
-        replace(base, model=m, optimizer=o, strategy=s, seed=seed)
-        for m in models
-        for seed in seeds
-        for o in optimizers[m]
-        for s in strategies[m]
-    ]
-
-
 def plan_grid(
-    models: Iterable[str],
+    models: Iterable[ResolvedModel],
+    rules: Rules,
     optimizers: Iterable[str] = (),
     strategies: Iterable[str] = (),
     seeds: int = 1,
     base: RunConfig | None = None,
-    rules=None,
-) -> list[RunConfig]:
-    """The cells `advisor measure` runs: each model ('all' = every family's reference model) × the
-    optimizers and strategies asked for (default: its family's grid in rules/families.toml) × seeds.
+) -> list[GridCell]:
+    """The cells `advisor measure` runs, in run order: each model × the optimizers and strategies asked for
+    (default: its family's grid in rules/families.toml) × seeds; model, then seed, then optimizer ×
+    strategy (so an early stop still leaves whole seeds).
 
-    Raises PlanError for names the rules do not know or an epoch that accumulation cannot divide, and
-    ModelNotResolved for a model whose family cannot be found offline."""
-    from advisor.model_ref import resolve_model
-    from advisor.rules import load_rules
-
-    rules, base = rules or load_rules(), base or RunConfig()
+    Raises InputError for names the rules do not know or an epoch that accumulation cannot divide."""
+    base = base or RunConfig()
     optimizers, strategies = list(optimizers), list(strategies)
     _check_names(rules, optimizers, strategies)
-    names = [m for name in models for m in (rules.reference_models() if name == "all" else [name])]
-    families = {name: resolve_model(name, rules).family for name in names}
-    configs = grid(
-        names,
-        {n: optimizers or list(families[n].grid_optimizers) for n in names},
-        {n: strategies or list(families[n].grid_strategies) for n in names},
-        range(seeds),
-        base,
-    )
-    for cfg in configs:
-        r = cfg.resolved()
+    cells = [
+        GridCell(replace(base, model=m.name, optimizer=o, strategy=s, seed=seed), m)
+        for m in models
+        for seed in range(seeds)
+        for o in optimizers or m.family.grid_optimizers
+        for s in strategies or m.family.grid_strategies
+    ]
+    for cell in cells:
+        r = cell.config.resolved()
         if r.protocol == "paper" and r.steps_per_epoch % r.window:
-            raise PlanError(
+            raise InputError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
                 f"{r.accumulation_steps}: accumulation would drop micro-batches.",
                 "--steps-per-epoch",
             )
-    return configs
+    return cells
 
 
-def _check_names(rules, optimizers: list[str], strategies: list[str]) -> None:
+def _check_names(rules: Rules, optimizers: list[str], strategies: list[str]) -> None:
     for names, known, flag in (
         (optimizers, rules.optimizers, "optimizer"),
         (strategies, rules.strategies, "strategy"),
     ):
         for name in names:
             if name not in known:
-                raise PlanError(f"unknown {flag} {name!r}. Choose from: {', '.join(known)}.", f"--{flag}")
+                raise InputError(f"unknown {flag} {name!r}. Choose from: {', '.join(known)}.", f"--{flag}")
 
 
 def run_cell(
-    cfg: RunConfig,
+    cell: GridCell,
     conn,
+    rules: Rules,
     reporter: Reporter | None = None,
-    rules=None,
     heartbeat=None,
     order: dict | None = None,
 ) -> CellResult:
@@ -173,23 +134,22 @@ def run_cell(
 
     order: where the cell ran in its grid ({"seed", "position", "cells"}), recorded with the run (not part
     of its cell key): drift over a grid can then be told from a configuration's effect."""
-    settings = cfg.settings()
-    cfg = cfg.resolved()
+    settings = cell.config.settings()
+    cfg = cell.config.resolved()
     try:
         device = resolve_device(cfg.device)
     except ValueError as e:
         return CellResult(cfg, "failed", error=str(e))
-    cfg = replace(cfg, device=device)
-    run = cell_run(cfg, settings, describe(device), rules)
+    cell = GridCell(replace(cfg, device=device), cell.model)
+    cfg = cell.config
+    run = cell_run(cell, settings, describe(device))
     if order is not None:
         run["config"] = {**run["config"], "order": order}
-    if run["preset"] == "custom":
-        from measure.preflight import will_not_fit
-
-        reason = will_not_fit(cfg, rules)
+    if not cell.model.reference:
+        reason = will_not_fit(cell, rules)
         if reason:
             return CellResult(cfg, "skipped", error=reason)
-    run_id, taken = store.claim_run(conn, run, pid_alive)
+    run_id, taken = lease.claim_run(conn, run, pid_alive)
     if run_id is None:
         return CellResult(cfg, "skipped", error=f"already {taken} in this KB for this hardware")
     if heartbeat is not None:
@@ -198,7 +158,7 @@ def run_cell(
     def on_built(info: dict) -> None:
         store.update_run(conn, run_id, **built_fields(run["config"], info))
 
-    outcome = train_cell(cfg, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), rules)
+    outcome = train_cell(cell, rules, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row))
     store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
     if heartbeat is not None:
         heartbeat.let_go(run_id)
@@ -215,23 +175,19 @@ def built_fields(config: dict, info: dict) -> dict:
     )
 
 
-def cell_run(cfg: RunConfig, settings: str, machine: dict, rules=None) -> dict:
+def cell_run(cell: GridCell, settings: str, machine: dict) -> dict:
     """The runs row a resolved cell is claimed with: its identity, provenance and configuration. Runs of
     --tune-lr go to their own source: they choose the rates, they are not evidence to answer from."""
-    from advisor.model_ref import resolve_model
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
-    reference = cfg.model in rules.reference_models()
+    cfg = cell.config
     return {
         "source": TUNING_SOURCE if cfg.role == "tuning" else SOURCE,
         "cell_key": cfg.cell_key(),
         "seed": cfg.seed,
         "model": cfg.model,
-        "family": resolve_model(cfg.model, rules).family.name,
+        "family": cell.model.family.name,
         "optimizer": cfg.optimizer,
         "strategy": cfg.strategy,
-        "preset": cfg.preset if reference else "custom",
+        "preset": cfg.preset if cell.model.reference else "custom",
         "data": cfg.data_id
         or "generated",  # part of its evidence group: runs on other data never rank with it
         "config": cfg.as_dict(),
@@ -242,10 +198,10 @@ def cell_run(cfg: RunConfig, settings: str, machine: dict, rules=None) -> dict:
     }
 
 
-def train_cell(cfg: RunConfig, reporter=None, on_built=None, on_epoch=None, rules=None) -> CellOutcome:
+def train_cell(cell: GridCell, rules: Rules, reporter=None, on_built=None, on_epoch=None) -> CellOutcome:
     """Train a resolved cell and classify how it ended: ok, diverged, untrained, oom, failed (or crashed on
     Ctrl-C)."""
-    trainer = Trainer(cfg, reporter, on_built, on_epoch, rules)
+    trainer = Trainer(cell, rules, reporter, on_built, on_epoch)
     interrupted = False
     try:
         trainer.train()

@@ -13,11 +13,15 @@ import os
 import re
 from dataclasses import dataclass
 
-from measure.config import RunConfig
+from advisor.errors import InputError
+from measure.config import GridCell, RunConfig
 
 
-class ShardError(ValueError):
+class ShardError(InputError):
     """A --shard that cannot be used: one sentence that says what to pass."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "--shard")
 
 
 @dataclass(frozen=True)
@@ -28,11 +32,11 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def take(self, configs: list[RunConfig]) -> list[RunConfig]:
+    def take(self, cells: list[GridCell]) -> list[GridCell]:
         """This shard's cells, in planned order."""
-        ranked = sorted(range(len(configs)), key=lambda i: _digest(configs[i]))
+        ranked = sorted(range(len(cells)), key=lambda i: _digest(cells[i].config))
         mine = set(ranked[self.index - 1 :: self.count])
-        return [c for i, c in enumerate(configs) if i in mine]
+        return [c for i, c in enumerate(cells) if i in mine]
 
 
 def _digest(cfg: RunConfig) -> str:

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
-from advisor.fit import CATEGORIES  # the answer side evaluates what this module records
+from advisor.prediction.step import CATEGORIES  # the answer side evaluates what this module records
 
 
 class LiveBytes(TorchDispatchMode):

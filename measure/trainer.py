@@ -16,10 +16,24 @@ import math
 import time
 from collections.abc import Callable
 
-from measure.config import RunConfig
+import torch
+
+from advisor.rules import Rules
+from measure.config import GridCell, RunConfig
+from measure.data import epoch_batches, load
+from measure.dataset import open_view
+from measure.families import family
+from measure.families.base import DEFAULT_SHAPE, Sizes
+from measure.figures import EpochWork, epoch_row, peak_only, run_metrics
+from measure.flops import device_peak, forward_flops_per_position, positions
+from measure.heldout import HeldOut
+from measure.models import build_model
+from measure.monitor import Monitor, process_rss_gb
+from measure.optimizers import make_optimizer
 from measure.progress import Reporter
 from measure.protocol import TargetClock, Untrained, check_trained, contended, target_loss
-from measure.summary import EpochWork, epoch_row, peak_only, run_metrics
+from measure.strategies import prepare, train_step
+from measure.tensors import measured_step
 
 
 class Diverged(Exception):
@@ -30,27 +44,36 @@ class OutOfMemory(Exception):
     """An allocation failed (CUDA or host) or the memory cap was crossed."""
 
 
-__all__ = ["Diverged", "OutOfMemory", "Trainer", "Untrained"]
+def is_oom(exc: BaseException) -> bool:
+    """Whether an exception means the cell ran out of memory: ours, Python's, CUDA's, or the allocator's."""
+    if isinstance(exc, OutOfMemory | MemoryError | torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
+    )
+
+
+__all__ = ["Diverged", "OutOfMemory", "Trainer", "Untrained", "is_oom"]
 
 
 class Trainer:
-    """Train one resolved configuration; `epochs` holds the finished epochs' rows."""
+    """Train one cell (its configuration resolved); `epochs` holds the finished epochs' rows."""
 
     def __init__(
         self,
-        cfg: RunConfig,
+        cell: GridCell,
+        rules: Rules,
         reporter: Reporter | None = None,
         on_built: Callable[[dict], None] | None = None,
         on_epoch: Callable[[dict], None] | None = None,
-        rules=None,
     ):
-        from advisor.rules import load_rules
-
-        self.cfg, self.reporter, self.rules = cfg, reporter or Reporter(), rules or load_rules()
+        self.cfg, self.resolved = cell.config, cell.model
+        self.reporter, self.rules = reporter or Reporter(), rules
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
         self.model = self.optimizer = self.monitor = self.scheduler = self.family = self.heldout = None
-        self.view = None  # the dataset a --data other than the generated corpus names (measure.sources)
+        self.view = None  # the dataset a --data other than the generated corpus names (measure.dataset)
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
         self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
         self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None
@@ -59,12 +82,6 @@ class Trainer:
 
     def setup(self) -> None:
         """Build the model (on the device), the optimizer and the schedule; apply the strategy."""
-        import torch
-
-        from measure.models import build_model
-        from measure.optimizers import make_optimizer
-        from measure.strategies import prepare
-
         cfg = self.cfg
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda":
@@ -73,7 +90,7 @@ class Trainer:
                 total = torch.cuda.get_device_properties(0).total_memory / 1e9
                 torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_cap_gb / total))
         preset = cfg.preset if cfg.preset != "custom" else "small"
-        built = build_model(cfg.model, preset, cfg.dropout, cfg.seed, self.rules, self.sizes())
+        built = build_model(self.resolved, preset, self.rules, cfg.dropout, cfg.seed, self.sizes())
         self.built, self.family = built, built.family
         self.model = built.model.to(self.device)
         prepare(self.model, cfg.strategy)
@@ -90,8 +107,6 @@ class Trainer:
 
     def sizes(self):
         """What the run asks of the model's data shape: the flags, and the classes of the data's labels."""
-        from measure.families.base import Sizes
-
         classes = self.view.classes if self.view is not None else None
         return Sizes(seq_len=self.cfg.seq_len, image_size=self.cfg.image_size, num_labels=classes)
 
@@ -100,18 +115,11 @@ class Trainer:
         parent process resolved --data once), before the model, which is built to its classes."""
         if self.cfg.data_path is None:
             return
-        from advisor.model_ref import resolve_model
-        from measure.families import family
-        from measure.sources import open_view
-
-        fam = family(resolve_model(self.cfg.model, self.rules).family.name, self.rules)
+        fam = family(self.resolved.family.name, self.rules)
         self.view = open_view(self.cfg.data_path, fam, self.cfg.eval_examples)
 
     def datasets(self):
         """(training set, held-out set or None, provenance): what the run trains and evaluates on."""
-        from measure.data import load
-        from measure.heldout import HeldOut
-
         cfg, shape = self.cfg, self.built.shape
         split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
         if self.view is None:
@@ -157,9 +165,6 @@ class Trainer:
 
     def train(self) -> None:
         """Set up, then train every epoch; raises Diverged, Untrained, OutOfMemory or what the cell raised."""
-        from measure.flops import device_peak, forward_flops_per_position
-        from measure.monitor import Monitor, process_rss_gb
-
         cfg = self.cfg
         if cfg.protocol == "paper" and cfg.steps_per_epoch % self.window:
             raise ValueError(
@@ -190,10 +195,6 @@ class Trainer:
             check_trained(self.initial_eval.loss, self.epochs[-1]["eval_loss"])
 
     def train_epoch(self, dataset, epoch: int) -> None:
-        import torch
-
-        from measure.flops import positions
-
         mark, self.warm, self.warm_steps, losses = self.monitor.mark(), 0.0, 0, []
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -246,8 +247,6 @@ class Trainer:
 
     def step(self, window: list[dict], work: EpochWork | None = None) -> float:
         """One optimizer step as the harness takes it: timed, checked for divergence and memory, reported."""
-        from measure.strategies import train_step
-
         t0 = clock(self.device)
         loss = train_step(
             self.model, self.optimizer, self.family, window, self.device, self.check_memory, self.cfg.dtype
@@ -268,8 +267,6 @@ class Trainer:
     def tensors_or_none(self, dataset) -> dict[str, float]:
         """The measured step's tensor figures; none (and the reason kept) when PyTorch's tracker, a private
         tool, fails on this model: a fully trained run is not lost to it. Running out of memory still is."""
-        from measure.runner import is_oom
-
         try:
             return self.measured_step(dataset)
         except Exception as e:
@@ -280,9 +277,6 @@ class Trainer:
 
     def measured_step(self, dataset) -> dict[str, float]:
         """One more step, under PyTorch's tensor tracker: the peak of live tensor bytes, by category."""
-        from measure.strategies import train_step
-        from measure.tensors import measured_step
-
         micro = iter_batches(dataset, self.family, self.cfg, self.cfg.epochs, self.built.shape)
         window = [next(micro) for _ in range(self.window)]
         return measured_step(
@@ -296,7 +290,7 @@ class Trainer:
     def check_memory(self) -> None:
         if self.monitor is not None and self.monitor.over_cap is not None:
             raise OutOfMemory(
-                f"host RSS {self.monitor.over_cap:.2f} GB crossed --memory-cap {self.cfg.memory_cap_gb:g} GB"
+                f"host RSS {self.monitor.over_cap:.2f} GB crossed --memory {self.cfg.memory_cap_gb:g} GB"
             )
 
     def check_divergence(self, loss: float) -> None:
@@ -312,8 +306,6 @@ class Trainer:
     def _gpu_peaks(self) -> dict:
         if self.device.type != "cuda":
             return {}
-        import torch
-
         return {
             "allocated": torch.cuda.max_memory_allocated() / 1e9,
             "reserved": torch.cuda.max_memory_reserved() / 1e9,
@@ -322,8 +314,6 @@ class Trainer:
     def peak_memory_gb(self) -> float | None:
         """The highest memory the cell reached so far: GPU allocated on CUDA, else host RSS."""
         if self.cfg.device == "cuda":
-            import torch
-
             return torch.cuda.max_memory_allocated() / 1e9
         if self.monitor is not None:
             return max((s.rss_gb for s in self.monitor.samples), default=None)
@@ -362,17 +352,12 @@ class Trainer:
         gc.collect()
         trim_heap()
         if self.cfg.device == "cuda":
-            import torch
-
             torch.cuda.empty_cache()
 
 
 def iter_batches(dataset, family, cfg: RunConfig, epoch: int, shape=None):
     """The micro-batches of an epoch: a fresh permutation of the training set per (seed, epoch), gone
     through again where the set is smaller than the epoch needs."""
-    from measure.data import epoch_batches
-    from measure.families.base import DEFAULT_SHAPE
-
     return epoch_batches(dataset, family, cfg.batch_size, cfg.seed, epoch, shape or DEFAULT_SHAPE)
 
 
@@ -397,15 +382,11 @@ def epoch_wall(timed: float, steps: int, warm_steps: int) -> float | None:
 def clock(device) -> float:
     """perf_counter after the GPU has finished its queued work (CUDA runs asynchronously)."""
     if device.type == "cuda":
-        import torch
-
         torch.cuda.synchronize()
     return time.perf_counter()
 
 
 def warmup_schedule(optimizer, ratio: float, total_steps: int):
     """Linear learning-rate warm-up over ratio × total steps (the paper: 0.03 on Llama), then constant."""
-    import torch
-
     warm = max(1, round(ratio * total_steps)) if ratio else 0
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)

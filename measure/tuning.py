@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from measure.config import RunConfig
+from rich.table import Table
+
+from advisor.kb.schema import connect_readonly
+from advisor.rules import Rules
+from measure.config import GridCell, RunConfig
+from measure.hardware import describe, resolve_device
+from measure.optimizers import DEFAULT_LR
+from measure.runner import TUNING_SOURCE
 
 
 @dataclass(frozen=True)
@@ -50,37 +57,31 @@ def tuning_key(cfg: RunConfig, rules) -> RunConfig:
     )
 
 
-def rates(key: RunConfig, rules) -> tuple[float, ...]:
-    from measure.optimizers import DEFAULT_LR
-
+def rates(key: RunConfig, rules: Rules) -> tuple[float, ...]:
     return tuple(float(f"{DEFAULT_LR[key.optimizer] * f:.3g}") for f in rules.protocol["tuning"]["factors"])
 
 
 def tune(
-    configs: list[RunConfig],
+    cells: list[GridCell],
     db_path: Path,
-    run: Callable[[list[RunConfig]], object],
-    rules,
-) -> tuple[list[RunConfig], list[Tuned]]:
+    run: Callable[[list[GridCell]], object],
+    rules: Rules,
+) -> tuple[list[GridCell], list[Tuned]]:
     """Run the tuning grid (through `run`, e.g. the grid runner), choose each rate, and return the grid's
-    configurations at their rates with the grid recorded, and what was chosen."""
-    keys = list(dict.fromkeys(tuning_key(c, rules) for c in configs))
-    tuning = [replace(k, lr=lr) for k in keys for lr in rates(k, rules)]
-    run(tuning)
-    chosen = {k: _choose(k, rates(k, rules), db_path, rules) for k in keys}
+    cells at their rates with the grid recorded, and what was chosen."""
+    keys = {tuning_key(c.config, rules): c.model for c in cells}
+    run([GridCell(replace(k, lr=lr), model) for k, model in keys.items() for lr in rates(k, rules)])
+    chosen = {k: _choose(k, rates(k, rules), db_path) for k in keys}
     out = []
-    for cfg in configs:
-        found = chosen[tuning_key(cfg, rules)]
-        out.append(cfg if found.lr is None else replace(cfg, lr=found.lr, lr_grid=rates(cfg, rules)))
+    for cell in cells:
+        found = chosen[tuning_key(cell.config, rules)]
+        tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=rates(cell.config, rules))
+        out.append(cell.with_config(**tuned))
     return out, list(chosen.values())
 
 
-def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path, rules) -> Tuned:
+def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
     """The rate whose tuning run ended ok with the lowest final held-out loss, read back from the KB."""
-    from advisor.schema import connect_readonly
-    from measure.hardware import describe, resolve_device
-    from measure.runner import TUNING_SOURCE
-
     device = resolve_device(key.device)
     hardware = describe(device)["hardware"]
     conn = connect_readonly(db_path)
@@ -110,8 +111,6 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path, rules) -> Tu
 
 def tuned_table(tuned: list[Tuned]):
     """The rates --tune-lr chose, and what every rate tried gave (a rich Table)."""
-    from rich.table import Table
-
     table = Table(title="--tune-lr: rates chosen on the tuning seed", title_justify="left", show_edge=False)
     for col in ("model", "optimizer", "chosen", "tried"):
         table.add_column(col)

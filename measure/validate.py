@@ -13,15 +13,25 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from advisor.store import Check
+from advisor.errors import InputError
+from advisor.kb import store
+from advisor.kb.store import Check
+from advisor.model_ref import ResolvedModel, reference_model, reference_models
+from advisor.places import resolve_write_path
+from advisor.rules import Rules
 from measure import strategies
+from measure.config import RunConfig
 from measure.data import batches, load
 from measure.families.base import IGNORE
+from measure.hardware import describe, resolve_device
 from measure.models import build_model, reference_shape
+from measure.monitor import Monitor
+from measure.optimizers import DEFAULT_LR, ConjugateGradient, make_optimizer, minimize_quadratic, quadratic
 from measure.tokenizer import PAD
 
 GRAD_RTOL = 1e-4  # float32 accumulation in a different order: relative error of the largest gradient
@@ -34,29 +44,38 @@ CGD_RTOL = 1e-6
 CGD_STOCHASTIC_RATIO = 0.01
 
 
-def run_checks(models: list[str], preset: str, accumulation_steps: int = 4) -> list[Check]:
+def run_checks(
+    models: list[ResolvedModel], preset: str, rules: Rules, accumulation_steps: int = 4
+) -> list[Check]:
     out = []
     for model in models:
         out += [
-            check_checkpointing(model, preset, dropout=0.0),
-            check_checkpointing(model, preset, dropout=0.1),
-            *check_accumulation(model, preset, accumulation_steps),
+            check_checkpointing(model, preset, rules, dropout=0.0),
+            check_checkpointing(model, preset, rules, dropout=0.1),
+            *check_accumulation(model, preset, rules, accumulation_steps),
         ]
-    return out + [check_cgd(), check_cgd_stochastic(), check_monitor()]
+    return out + [check_cgd(), check_cgd_stochastic(), check_monitor(rules)]
 
 
-def micro_window(model: str, preset: str, n: int, seed: int = 0):
+def micro_window(model: ResolvedModel, preset: str, rules: Rules, n: int, seed: int = 0):
     """(family, n micro-batches of 4 samples of the model's data); the model itself is not built."""
-    family, shape = reference_shape(model, preset)
+    family, shape = reference_shape(model, preset, rules)
     dataset, _ = load(family, shape, 4 * n, seed)
     return family, list(batches(dataset, family, 4, seed, epoch=0))[:n]
 
 
 def grads_after(
-    model: str, preset: str, strategy: str, windows, family, dropout: float, rng_seed: int | None = None
+    model: ResolvedModel,
+    preset: str,
+    rules: Rules,
+    strategy: str,
+    windows,
+    family,
+    dropout: float,
+    rng_seed: int | None = None,
 ):
     """Loss and gradients after one step with lr 0 (the gradients stay on the parameters)."""
-    built = build_model(model, preset, dropout=dropout, seed=0)
+    built = build_model(model, preset, rules, dropout=dropout, seed=0)
     strategies.prepare(built.model, strategy)
     opt = torch.optim.SGD(built.model.parameters(), lr=0.0)
     if rng_seed is not None:
@@ -74,17 +93,18 @@ def _max_rel_error(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in b) / scale
 
 
-def check_checkpointing(model: str, preset: str, dropout: float) -> Check:
-    family, window = micro_window(model, preset, 1)
-    plain_loss, plain = grads_after(model, preset, "standard", [window], family, dropout, rng_seed=1234)
-    ckpt_loss, ckpt = grads_after(model, preset, "checkpointing", [window], family, dropout, rng_seed=1234)
+def check_checkpointing(model: ResolvedModel, preset: str, rules: Rules, dropout: float) -> Check:
+    family, window = micro_window(model, preset, rules, 1)
+    run = (model, preset, rules)
+    plain_loss, plain = grads_after(*run, "standard", [window], family, dropout, rng_seed=1234)
+    ckpt_loss, ckpt = grads_after(*run, "checkpointing", [window], family, dropout, rng_seed=1234)
     err = max(_max_rel_error(ckpt, plain), abs(ckpt_loss[0] - plain_loss[0]) / abs(plain_loss[0]))
     name = "checkpointing_dropout_off" if dropout == 0 else "checkpointing_dropout_on"
     detail = (
         f"loss {ckpt_loss[0]:.6g} vs {plain_loss[0]:.6g}; max relative gradient difference {err:.3g} "
         f"(dropout {dropout}, same seed)"
     )
-    return Check(name, model, err == 0.0, err, 0.0, detail)
+    return Check(name, model.name, err == 0.0, err, 0.0, detail)
 
 
 def concat_window(window: list[dict]) -> dict:
@@ -104,17 +124,18 @@ def concat_window(window: list[dict]) -> dict:
     return out
 
 
-def check_accumulation(model: str, preset: str, k: int) -> list[Check]:
-    family, window = micro_window(model, preset, k)
-    acc_loss, acc = grads_after(model, preset, "accumulation", [window], family, dropout=0.0)
-    big_loss, big = grads_after(model, preset, "standard", [[concat_window(window)]], family, dropout=0.0)
+def check_accumulation(model: ResolvedModel, preset: str, rules: Rules, k: int) -> list[Check]:
+    family, window = micro_window(model, preset, rules, k)
+    run = (model, preset, rules)
+    acc_loss, acc = grads_after(*run, "accumulation", [window], family, dropout=0.0)
+    big_loss, big = grads_after(*run, "standard", [[concat_window(window)]], family, dropout=0.0)
     err = _max_rel_error(acc, big)
     loss_err = abs(acc_loss[0] - big_loss[0]) / abs(big_loss[0])
     targets = [b["n_targets"] for b in window]
     return [
         Check(
             "accumulation_gradient",
-            model,
+            model.name,
             err <= GRAD_RTOL,
             err,
             GRAD_RTOL,
@@ -123,7 +144,7 @@ def check_accumulation(model: str, preset: str, k: int) -> list[Check]:
         ),
         Check(
             "accumulation_logged_loss",
-            model,
+            model.name,
             loss_err <= LOSS_RTOL,
             loss_err,
             LOSS_RTOL,
@@ -133,8 +154,6 @@ def check_accumulation(model: str, preset: str, k: int) -> list[Check]:
 
 
 def check_cgd(n: int = 12) -> Check:
-    from measure.optimizers import ConjugateGradient, minimize_quadratic, quadratic
-
     a, b, x_star = quadratic(n, condition=100.0)
 
     def exact(params):  # unclipped, never restarted: linear CG's beta, which exactness needs
@@ -154,9 +173,6 @@ def check_cgd(n: int = 12) -> Check:
 
 def grid_cgd(params) -> torch.optim.Optimizer:
     """CGD as the grid builds it: the fair protocol's cgd options at the optimizer's default rate."""
-    from measure.config import RunConfig
-    from measure.optimizers import DEFAULT_LR, make_optimizer
-
     cfg = RunConfig(model="llama", optimizer="cgd").resolved()
     options = dict(beta=cfg.cgd_beta, restart_every=cfg.cgd_restart_every, beta_max=cfg.cgd_beta_max)
     return make_optimizer("cgd", params, DEFAULT_LR["cgd"], line_search=cfg.cgd_line_search, **options)
@@ -228,12 +244,11 @@ def check_cgd_stochastic(build=grid_cgd, steps: int = 100, batch: int = 32, seed
     )
 
 
-def check_monitor(seconds: float = 2.0) -> Check:
-    """The sampler's own CPU time as a share of the wall time, while the main thread trains."""
-    from measure.monitor import Monitor
-
-    family, window = micro_window("llama", "tiny", 1)
-    built = build_model("llama", "tiny")
+def check_monitor(rules: Rules, seconds: float = 2.0) -> Check:
+    """The sampler's own CPU time as a share of the wall time, while the main thread trains (tiny Llama)."""
+    llama = reference_model("llama", rules)
+    family, window = micro_window(llama, "tiny", rules, 1)
+    built = build_model(llama, "tiny", rules)
     opt = torch.optim.SGD(built.model.parameters(), lr=1e-3)
     with Monitor() as monitor:
         start = time.perf_counter()
@@ -250,3 +265,43 @@ def check_monitor(seconds: float = 2.0) -> Check:
         f"sampler CPU {monitor.cpu_seconds * 1000:.1f} ms over {wall:.1f} s of training "
         f"({len(monitor.samples)} samples)",
     )
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What `advisor validate` found on this machine, as it was recorded in the KB."""
+
+    hardware: str
+    preset: str
+    checks: list[Check]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def as_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "hardware": self.hardware,
+            "preset": self.preset,
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+
+def validate_here(models: tuple[ResolvedModel, ...], preset: str, db, rules: Rules) -> Validation:
+    """Every check on this machine's CPU, on the reference models asked for (all of them by default),
+    recorded in the KB a write goes to, so that answers from this hardware can say it was validated."""
+    unknown = [m.name for m in models if not m.reference]
+    if unknown:
+        raise InputError(
+            f"advisor validate checks the reference models ({', '.join(rules.reference_models())}), not "
+            f"{', '.join(unknown)}.",
+            "--model",
+        )
+    path = resolve_write_path(db)
+    store.release(store.open_for_writing(path))  # fail on an unusable KB before minutes of checks
+    checks = run_checks(list(models) or reference_models(rules), preset, rules)
+    machine = describe(resolve_device("cpu"))
+    with store.writing(path) as conn:
+        store.add_validations(conn, machine, preset, checks)
+    return Validation(machine["hardware"], preset, checks)

@@ -3,6 +3,7 @@
 import hashlib
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,75 @@ def measure_tiny(invoke):
         return invoke("measure", *TINY_VIT, *extra, "--db", db)
 
     return _measure
+
+
+@pytest.fixture(scope="session")
+def rules():
+    """The shipped rules (no user rules: every test has its own empty user data folder)."""
+    from advisor.places import shipped_rules_dir
+    from advisor.rules import load_rules
+
+    return load_rules(str(shipped_rules_dir()))
+
+
+def cells(*configs, rules=None):
+    """Run configurations as grid cells, each model resolved once (what measure.runner.plan_grid makes)."""
+    from advisor.model_ref import resolve_model
+    from advisor.places import shipped_rules_dir
+    from advisor.rules import load_rules
+    from measure.config import GridCell
+
+    rules = rules or load_rules(str(shipped_rules_dir()))
+    return [GridCell(c, resolve_model(c.model, rules)) for c in configs]
+
+
+def grid(models, optimizers, strategies, seeds, base, rules=None):
+    """Cells in run order: model, then seed, then optimizer × strategy (each model's own lists)."""
+    return cells(
+        *(
+            replace(base, model=m, optimizer=o, strategy=s, seed=seed)
+            for m in models
+            for seed in seeds
+            for o in optimizers[m]
+            for s in strategies[m]
+        ),
+        rules=rules,
+    )
+
+
+def kb_before(path, count):
+    """A KB as an older advisor wrote it: its first `count` migrations, applied through sqlite-utils'
+    Migrations as advisor did until it kept its own (the bookkeeping table is the same)."""
+    from sqlite_utils import Database
+    from sqlite_utils.migrations import Migrations
+
+    from advisor.kb.migrations import MIGRATION_SET, MIGRATIONS
+
+    db = Database(path)
+    migrations = Migrations(MIGRATION_SET)
+    for name, fn in list(MIGRATIONS.items())[:count]:
+        migrations(name=name)(lambda db, fn=fn: fn(db.conn))
+    migrations.apply(db)
+    return db
+
+
+def _shipped_rules():
+    from advisor.places import shipped_rules_dir
+    from advisor.rules import load_rules
+
+    return load_rules(str(shipped_rules_dir()))
+
+
+RULES = _shipped_rules()
+
+
+def one_cell(config, rules=None):
+    """One run configuration as its grid cell."""
+    return cells(config, rules=rules)[0]
+
+
+def ref(name: str, rules=None):
+    """A model resolved as `--model NAME` resolves it (a reference name, a folder, a cached id)."""
+    from advisor.model_ref import resolve_model
+
+    return resolve_model(str(name), rules or RULES)

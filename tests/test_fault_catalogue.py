@@ -305,7 +305,7 @@ def test_bad_import_files_import_nothing(invoke, kb_path, tmp_path, content, nee
     ],
 )
 def test_bad_setup_toml(invoke, kb_path, tmp_path, setup, needle):
-    figures = REPO.parent / "kb/sources/paper-2608.08961/figures.csv"
+    figures = REPO.parent / "kb/inputs/paper-2608.08961/figures.csv"
     shutil.copy(figures, tmp_path / "figures.csv")
     (tmp_path / "setup.toml").write_bytes(setup)
     before = digest(kb_path)

@@ -1,36 +1,60 @@
-"""The `advisor` command line: thin click commands that parse, call one domain function, and render.
+"""The `advisor` command line: thin click commands that parse, call the Python API (advisor/api.py), render.
 
 Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `fitting.py` (fit),
-`measuring.py` (measure, validate), `kb_commands.py` (the kb group), `reporting.py` (report, and the
-picture files of frontier and flowchart); `params.py` holds what they share
-(option decorators, parameter types, the domain-error translation).
+`measuring.py` (measure, validate), `kb_commands.py` (the kb group), `reporting.py` (report); `params.py`
+declares what they share (option groups, parameter types, the translation of errors). A command's module
+is imported when that command runs (click's lazy-loading pattern), so that one answer does not pay for
+every other command's imports.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from advisor.cli import answering, fitting, kb_commands, measuring, reporting
 from advisor.cli.params import CONTEXT
 
+# command -> the module that defines it, and its name there
+COMMANDS = {
+    "recommend": ("advisor.cli.answering", "recommend"),
+    "frontier": ("advisor.cli.answering", "frontier"),
+    "flowchart": ("advisor.cli.answering", "flowchart"),
+    "claims": ("advisor.cli.answering", "claims"),
+    "fit": ("advisor.cli.fitting", "fit_command"),
+    "measure": ("advisor.cli.measuring", "measure"),
+    "validate": ("advisor.cli.measuring", "validate"),
+    "kb": ("advisor.cli.kb_commands", "kb"),
+    "report": ("advisor.cli.reporting", "report"),
+}
 
-@click.group(context_settings=CONTEXT)
+
+class LazyGroup(click.Group):
+    """A group whose commands' modules are imported when a command is asked for (click's documented
+    lazy-loading pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(package_name="advisor")
 def cli():
     """Which optimizer and memory strategy should I train this transformer with, under this constraint?
 
-    Answers come from a knowledge base of training runs: the paper's published figures (arXiv 2608.08961)
-    and measurements made with `advisor measure`. Start with:
+    Answers come from a knowledge base of training runs (the paper's published figures, arXiv
+    2608.08961, and measurements made with `advisor measure`) and from predictions of a real training
+    step of your model (`advisor fit`). Start with:
 
         advisor recommend --arch encoder --optimize memory
     """
-
-
-for _module in (answering, fitting, measuring, kb_commands, reporting):
-    for _command in _module.COMMANDS:
-        cli.add_command(_command)
 
 
 def main():

@@ -6,24 +6,32 @@ from pathlib import Path
 
 import click
 
+from advisor import api
+from advisor.answers.claims import check_all, markdown
+from advisor.answers.flowchart import summary, walk
+from advisor.answers.frontier import frontier as frontier_of
 from advisor.cli.params import (
     CONTEXT,
     FamilyType,
     FiniteFloat,
     MetricType,
+    accelerator_options,
     console,
     db_option,
     domain_errors,
     echo_json,
+    evidence_options,
     json_option,
+    model_option,
     names_option,
-    open_for_reading,
+    reading_kb,
     source_option,
 )
 from advisor.cli.reporting import picture_option, write_pictures
+from advisor.render.views import answer_view, claims_view, flowchart_view, frontier_view
 from advisor.rules import load_rules
 
-# advisor.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
+# advisor.render.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
 FRONTIER_PIXELS = "1280 × 840"
 
 
@@ -33,11 +41,9 @@ FRONTIER_PIXELS = "1280 × 840"
     type=FamilyType(),
     help="Architecture family or alias: vision/vit, encoder/modernbert, decoder/llama, vlm/nanovlm.",
 )
-@click.option(
-    "--model",
-    metavar="NAME|HF_ID|PATH",
+@model_option(
     help="A model instead of --arch: vit, modernbert, llama, nanovlm, a local folder with config.json "
-    "or a cached Hugging Face id; its family comes from model_type.",
+    "or a cached Hugging Face id; its family comes from model_type."
 )
 @click.option(
     "--optimize",
@@ -48,28 +54,12 @@ FRONTIER_PIXELS = "1280 × 840"
     help="Metric to optimize (rules/metrics.toml): loss, time, memory, utilization, throughput, "
     "time_to_target, accuracy.",
 )
-@click.option(
-    "--max-memory",
-    type=FiniteFloat(min=0),
-    metavar="GB",
-    help="Exclude configurations above this accelerator memory (never compared with host RAM).",
-)
+@accelerator_options
 @click.option(
     "--max-time",
     type=FiniteFloat(min=0),
     metavar="S",
     help="Exclude configurations slower than this (s/epoch).",
-)
-@click.option(
-    "--gpu",
-    metavar="NAME",
-    help="With --model: exclude configurations predicted not to fit on this accelerator (advisor fit).",
-)
-@click.option(
-    "--memory",
-    type=FiniteFloat(min=0, min_open=True),
-    metavar="GB",
-    help="With --model: the accelerator memory budget instead of (or overriding) --gpu's.",
 )
 @names_option("--optimizer", "optimizers", "optimizer", "Only these optimizers (repeatable).")
 @names_option(
@@ -81,88 +71,23 @@ FRONTIER_PIXELS = "1280 × 840"
     "strategy",
     "Only these strategies (repeatable): standard, checkpointing, accumulation.",
 )
-@source_option
-@click.option(
-    "--preset",
-    "evidence_preset",
-    metavar="PRESET",
-    help="Only evidence at this scale (tiny, small, paper, custom).",
-)
-@click.option(
-    "--hardware",
-    metavar="NAME",
-    help="Only evidence measured on this hardware (as `advisor kb stats` names it).",
-)
-@click.option(
-    "--group",
-    "group_id",
-    type=click.IntRange(min=1),
-    metavar="ID",
-    help="Answer from this evidence group (its id in `advisor kb stats`, or as 'Other evidence' lists it).",
-)
+@evidence_options
 @db_option
 @json_option
 @domain_errors
-def recommend(
-    arch,
-    model,
-    metric,
-    max_memory,
-    max_time,
-    gpu,
-    memory,
-    optimizers,
-    exclude_optimizers,
-    strategies,
-    source,
-    evidence_preset,
-    hardware,
-    group_id,
-    db,
-    as_json,
-):
+def recommend(arch, metric, evidence_preset, group_id, db, as_json, **options):
     """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
 
     \b
     Examples:
         advisor recommend --arch encoder --optimize memory
-        advisor recommend --model ./my-bert --optimize time --max-memory 40
+        advisor recommend --model ./my-bert --optimize time --memory 40
         advisor recommend --model tests/fixtures/configs/Llama-3.1-8B --gpu A100-80GB --optimize time
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
-    from advisor.evidence import Selector
-    from advisor.model_ref import resolve_model
-    from advisor.recommend import Constraints
-    from advisor.recommend import recommend as do_recommend
-    from advisor.report import answer_view
-
+    conn = reading_kb(db, options["source"])
+    answer = api.recommend(arch, metric, preset=evidence_preset, group=group_id, conn=conn, **options)
     rules = load_rules()
-    if bool(arch) == bool(model):
-        raise click.UsageError("pass exactly one of --arch FAMILY or --model NAME.")
-    if (gpu or memory) and not model:
-        raise click.UsageError("--gpu and --memory predict what fits your model: pass --model too.")
-    model_name = fitted = None
-    if model:
-        resolved = resolve_model(model, rules)
-        arch, model_name = resolved.family.name, resolved.name
-    conn = open_for_reading(db, source)
-    if model and (gpu or memory or max_memory is not None):
-        from advisor.cli.fitting import fit_question, predict_fit
-
-        budget = memory if memory is not None or gpu else max_memory
-        fitted = predict_fit(fit_question(model, rules, gpu, budget), rules, None)
-    constraints = Constraints(
-        max_memory=max_memory,
-        max_time=max_time,
-        optimizers=optimizers,
-        exclude_optimizers=exclude_optimizers,
-        strategies=strategies,
-        fit=fitted,
-    )
-    selector = Selector(evidence_preset, hardware, group_id)
-    answer = do_recommend(
-        conn, arch, metric, constraints, source, model_name, rules, selector=selector, compare_groups=True
-    )
     if as_json:
         echo_json(answer.as_dict(rules))
     else:
@@ -201,13 +126,10 @@ def frontier(arch, x, y, source, html, png, db, as_json):
         advisor frontier --arch decoder --x memory --y loss --json
         advisor frontier --arch vision --source measured --png frontier.png --html frontier.html
     """
-    from advisor.frontier import frontier as do_frontier
-    from advisor.report import frontier_view
-
     rules = load_rules()
     if x == y:
         raise click.BadParameter("--x and --y must be different metrics.", param_hint="'--x'")
-    result = do_frontier(open_for_reading(db, source), arch, x, y, source, rules)
+    result = frontier_of(reading_kb(db, source), arch, x, y, rules, source)
     if not result.points and (html or png or not as_json):
         raise click.ClickException(
             f"no configuration of {arch} has both a {x} and a {y} figure in {result.group.label}: "
@@ -242,11 +164,8 @@ def flowchart(source, html, db, as_json):
         advisor flowchart --source paper --json
         advisor flowchart --source measured --html flowchart.html
     """
-    from advisor.flowchart import summary, walk
-    from advisor.report import flowchart_view
-
     rules = load_rules()
-    paths = walk(open_for_reading(db, source), source=source, rules=rules)
+    paths = walk(reading_kb(db, source), rules, source=source)
     if html and not any(p.answer for p in paths):
         where = f" from source {source!r}" if source else ""
         raise click.ClickException(
@@ -280,10 +199,7 @@ def claims(source, markdown_path, db, as_json):
         advisor claims --source paper
         advisor claims --source measured --markdown docs/claims.md
     """
-    from advisor.claims import check_all, markdown
-    from advisor.report import claims_view
-
-    verdicts = check_all(open_for_reading(db, source), source)
+    verdicts = check_all(reading_kb(db, source), source, load_rules())
     if markdown_path:
         command = (
             "advisor claims" + (f" --source {source}" if source else "") + f" --markdown {markdown_path}"
@@ -293,6 +209,3 @@ def claims(source, markdown_path, db, as_json):
         echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
     else:
         console().print(claims_view(verdicts))
-
-
-COMMANDS = [recommend, frontier, flowchart, claims]

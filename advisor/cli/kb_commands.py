@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from advisor import kb as kbmod
+from advisor import places
 from advisor.cli.params import (
     CONTEXT,
     STATUS,
@@ -16,10 +16,16 @@ from advisor.cli.params import (
     domain_errors,
     echo_json,
     json_option,
-    open_for_reading,
+    reading_kb,
     source_option,
     write_db_option,
 )
+from advisor.kb import reader
+from advisor.kb.build import build_kb, import_file, merge_kbs
+from advisor.kb.export import runs_csv, runs_json
+from advisor.kb.store import open_for_writing, release
+from advisor.render.views import runs_view, stats_view
+from advisor.rules import load_rules
 
 
 @click.group(context_settings=CONTEXT)
@@ -44,13 +50,11 @@ def stats(db, as_json):
     Example:
         advisor kb stats --json
     """
-    from advisor.report import stats_view
-
-    result = kbmod.stats(open_for_reading(db))
+    result = reader.stats(reading_kb(db))
     if as_json:
         echo_json(result)
     else:
-        console().print(stats_view(result, str(db) if db else str(kbmod.places()["reads"])))
+        console().print(stats_view(result, str(db) if db else str(places.places()["reads"])))
 
 
 @kb.command(context_settings=CONTEXT)
@@ -68,10 +72,8 @@ def runs(family, source, status, limit, db, as_json):
     Example:
         advisor kb runs --family vision --source paper
     """
-    from advisor.report import runs_view
-
-    conn = open_for_reading(db, source)
-    rows = kbmod.list_runs(conn, family=family, source=source, status=status, limit=limit)
+    conn = reading_kb(db, source)
+    rows = reader.list_runs(conn, family=family, source=source, status=status, limit=limit)
     if as_json:
         echo_json(rows)
     else:
@@ -99,13 +101,11 @@ def export(fmt, source, output, db):
         advisor kb export --source measured -o my-runs.json
         advisor kb export --format csv > figures.csv
     """
-    from advisor.export import runs_csv, runs_json
-
-    conn = open_for_reading(db, source)
-    data = kbmod.export_runs(conn, source=source)
+    conn = reading_kb(db, source)
+    data = reader.export_runs(conn, source=source)
     # validations belong to hardware, not to a source: a whole-KB export carries them
     text = (
-        runs_csv(data) if fmt == "csv" else runs_json(data, [] if source else kbmod.export_validations(conn))
+        runs_csv(data) if fmt == "csv" else runs_json(data, [] if source else reader.export_validations(conn))
     )
     if output:
         output.write_text(text)
@@ -131,10 +131,8 @@ def import_(file, setup, db):
         advisor kb import colleague-runs.json --db my.sqlite
         advisor kb import figures.csv --setup setup.toml --db my.sqlite
     """
-    from advisor.build import import_file
-
-    path = kbmod.resolve_write_path(db)
-    added, skipped = import_file(path, file, setup)
+    path = places.resolve_write_path(db)
+    added, skipped = import_file(path, file, load_rules(), setup)
     click.echo(
         f"Imported {added} runs into {path}" + (f" ({skipped} already there, skipped)." if skipped else ".")
     )
@@ -154,21 +152,19 @@ def import_(file, setup, db):
 )
 @domain_errors
 def build(output, shipped):
-    """Build a knowledge base from the versioned sources in kb/sources/ (atomically).
+    """Build a knowledge base from the versioned inputs in kb/inputs/ (atomically).
 
     \b
     Examples:
         advisor kb build -o /tmp/kb.sqlite
         advisor kb build --shipped      # refresh the package's kb/results.sqlite (a checkout's make kb)
     """
-    from advisor.build import build_kb
-
     if bool(output) == shipped:
         raise click.UsageError(
             "say where to write: -o PATH, or --shipped for the package's own kb/results.sqlite."
         )
-    out = output or kbmod.shipped_kb_path()
-    counts = build_kb(out)
+    out = output or places.shipped_kb_path()
+    counts = build_kb(out, load_rules())
     click.echo(f"Built {out}: " + ", ".join(f"{k} {v} runs" for k, v in counts.items()) + ".")
 
 
@@ -182,16 +178,14 @@ def migrate(db):
     Example:
         advisor kb migrate --db old.sqlite
     """
-    from advisor.store import open_kb, release
-
-    path = kbmod.resolve_write_path(db) if db or kbmod.user_kb_path().exists() else None
+    path = places.resolve_write_path(db) if db or places.user_kb_path().exists() else None
     if path is None:
         raise click.ClickException(
-            f"no knowledge base to migrate: pass --db (your KB would be {kbmod.user_kb_path()})."
+            f"no knowledge base to migrate: pass --db (your KB would be {places.user_kb_path()})."
         )
     if not path.exists():
         raise click.ClickException(f"no knowledge base at {path}.")
-    release(open_kb(path))
+    release(open_for_writing(path))
     click.echo(f"{path} is at the current schema.")
 
 
@@ -213,9 +207,7 @@ def merge(files, db):
         advisor kb merge colleague.sqlite
         advisor kb merge node-1.sqlite node-2.sqlite --db cluster.sqlite
     """
-    from advisor.build import merge_kbs
-
-    path = kbmod.resolve_write_path(db)
+    path = places.resolve_write_path(db)
     if any(f.resolve() == path.resolve() for f in files if path.exists()):
         raise click.BadParameter(f"{path} is the KB merged into: name other KBs.", param_hint="FILES")
     merged = merge_kbs(path, list(files))
@@ -242,12 +234,9 @@ def path(as_json):
         advisor kb path
         sqlite3 "$(advisor kb path --json | jq -r .user_kb)"
     """
-    places = kbmod.places()
+    where = places.places()
     if as_json:
-        echo_json(places)
+        echo_json(where)
         return
-    for name, value in places.items():
+    for name, value in where.items():
         click.echo(f"{name}: {value}")
-
-
-COMMANDS = [kb]

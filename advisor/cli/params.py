@@ -1,18 +1,24 @@
-"""What the commands share: the click context, parameter types, option decorators, output helpers, and
-the translation of domain errors into one sentence and an exit code."""
+"""What the commands share: the click context, parameter types, the option groups every command declares
+once here (model, accelerator, shape, evidence; the pattern of sqlite-utils' `output_options`), output
+helpers, and the translation of advisor's errors into one sentence and an exit code."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import math
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from advisor import kb as kbmod
-from advisor.rules import RulesError, load_rules
-from advisor.schema import STATUSES, KBError
+from advisor.errors import Error, InputError
+from advisor.kb import reader
+from advisor.kb.migrations import STATUSES
+from advisor.model_ref import reference_models, resolve_model
+from advisor.prediction.step import DTYPES
+from advisor.rules import load_rules
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -26,16 +32,18 @@ def echo_json(obj) -> None:
 
 
 def domain_errors(fn):
-    """Turn a domain error into a one-sentence message and exit code 1 (user mistakes: never a traceback)."""
+    """advisor's errors as the command line says them: a bad option (InputError) is a usage error, exit code
+    2, naming the option; anything else one sentence, exit code 1. Never a traceback for the user's mistake."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from advisor.evidence import NoEvidence
-        from advisor.model_ref import ModelNotResolved
-
         try:
             return fn(*args, **kwargs)
-        except (KBError, RulesError, NoEvidence, ModelNotResolved) as e:
+        except InputError as e:
+            if e.param is None:
+                raise click.UsageError(str(e)) from e
+            raise click.BadParameter(str(e), param_hint=f"'{e.param}'") from e
+        except Error as e:
             raise click.ClickException(str(e)) from e
         except OSError as e:  # writing a report, an export, a cache: the environment's, said in a sentence
             raise click.ClickException(os_error(e)) from e
@@ -44,8 +52,6 @@ def domain_errors(fn):
 
 
 def os_error(e: OSError) -> str:
-    import errno
-
     where = f" {e.filename}" if e.filename else ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return f"cannot write{where}: {e.strerror}. Free some space, or write to another disk."
@@ -56,8 +62,11 @@ def checked_rules():
     """The rules, for parsing options: a broken rules file (the user's, most likely) is a sentence, exit 1."""
     try:
         return load_rules()
-    except RulesError as e:
+    except Error as e:
         raise click.ClickException(str(e)) from e
+
+
+# --- parameter types ------------------------------------------------------------------------------------
 
 
 class FamilyType(click.ParamType):
@@ -73,6 +82,39 @@ class FamilyType(click.ParamType):
             self.fail(
                 f"unknown family {value!r}. Choose from: {', '.join(rules.family_choices())}.", param, ctx
             )
+
+
+class ModelType(click.ParamType):
+    """--model resolved once, here (advisor.model_ref): a ResolvedModel, or with `all` every reference model
+    (a list). A model that cannot be resolved offline is a sentence with exit code 1."""
+
+    name = "model"
+
+    def __init__(self, allow_all: bool = False, references_only: bool = False):
+        self.allow_all, self.references_only = allow_all, references_only
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        rules = checked_rules()
+        if self.allow_all and value == "all":
+            return reference_models(rules)
+        if self.references_only and value not in rules.reference_models():
+            self.fail(
+                f"unknown model {value!r}. Choose from: {', '.join(rules.reference_models())}.", param, ctx
+            )
+        try:
+            return resolve_model(value, rules)
+        except Error as e:
+            takes_arch = ctx is not None and any(p.name == "arch" for p in ctx.command.params)
+            raise click.ClickException(
+                str(e) + (" Or pass --arch FAMILY instead." if takes_arch else "")
+            ) from e
+
+
+def flat_models(ctx, param, value):
+    """A repeatable --model with its `all`s expanded: one ResolvedModel per model, in order."""
+    return tuple(m for v in value for m in (v if isinstance(v, list) else [v]))
 
 
 class MetricType(click.ParamType):
@@ -106,17 +148,161 @@ class FiniteFloat(click.FloatRange):
     """A float range that also refuses nan and infinity (click's FloatRange lets nan through)."""
 
     def convert(self, value, param, ctx):
-        import math
-
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
 
+class Aliased(click.Option):
+    """An option whose older spellings (its names after the first) still work, unshown in --help."""
+
+    def get_help_record(self, ctx):
+        names, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = names
+
+
+def _compose(*decorators):
+    def apply(fn):
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return apply
+
+
+# --- the option groups, each declared once -------------------------------------------------------------
+
+
+def model_option(required: bool = False, many: bool = False, help: str | None = None, references_only=False):
+    """--model NAME|PATH|HF_ID, resolved once; `many`: repeatable, with `all` for every reference model;
+    `references_only`: one of the families' reference models (vit, modernbert, llama, nanovlm)."""
+    text = help or (
+        "A folder with config.json (weights not needed), a cached Hugging Face id, or one of vit, modernbert, "
+        "llama, nanovlm (the paper's models)" + (", or all of them (repeatable)." if many else ".")
+    )
+    return click.option(
+        "--model",
+        "models" if many else "model",
+        type=ModelType(allow_all=many, references_only=references_only),
+        multiple=many,
+        required=required,
+        callback=flat_models if many else None,
+        metavar="NAME|PATH|HF_ID",
+        help=text,
+    )
+
+
+def accelerator_options(fn):
+    """--gpu NAME and --memory GB: the accelerator, and the memory a configuration must fit in."""
+    return _compose(
+        click.option(
+            "--gpu",
+            metavar="NAME",
+            help="The accelerator: A100-40GB, A100-80GB, H100, H200, L4, L40S, A10G, T4, V100, RTX3090, "
+            "RTX4090, RTX5090, MI300X, cpu (`advisor fit --list-gpus`).",
+        ),
+        click.option(
+            "--memory",
+            "--max-memory",  # recommend's, and measure's --memory-cap, before one name meant one idea
+            "--memory-cap",
+            "memory",
+            cls=Aliased,
+            type=FiniteFloat(min=0, min_open=True),
+            metavar="GB",
+            help="The accelerator memory to fit in, in GB, instead of (or overriding) --gpu's: fit and recommend "
+            "exclude configurations above it (never compared with host RAM); measure treats memory above it as "
+            "out of memory (CUDA: a per-process fraction; CPU: host RSS).",
+        ),
+    )(fn)
+
+
+def shape_options(batch_size: int | None = None, dtype: str | None = None):
+    """--batch-size, --seq-len, --image-size, --dtype, --accumulation-steps: the shape of a step."""
+    return _compose(
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=batch_size,
+            show_default=batch_size is not None,
+            help="Micro-batch size (per_device_train_batch_size)"
+            + ("." if batch_size is not None else "; default: the preset's."),
+        ),
+        click.option(
+            "--seq-len",
+            type=click.IntRange(min=4),
+            help="Tokens per sample of a model that takes text (a VLM: per caption). Default: the model's or "
+            "the preset's.",
+        ),
+        click.option(
+            "--image-size",
+            type=click.IntRange(min=8),
+            metavar="PX",
+            help="Image side in pixels of a model that takes images (a multiple of its patch size). Default: "
+            "the config's or the preset's.",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(DTYPES),
+            default=dtype,
+            show_default=dtype is not None,
+            help="fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure)."
+            + (
+                ""
+                if dtype
+                else " Default: bf16-mixed where the chip has bf16, else fp16-mixed; fp32 on a CPU."
+            ),
+        ),
+        click.option(
+            "--accumulation-steps",
+            type=click.IntRange(min=2),
+            default=4,
+            show_default=True,
+            help="Micro-batches per optimizer step with accumulation.",
+        ),
+    )
+
+
 def names_option(flag: str, dest: str, kind: str, help: str):
     """A repeatable --optimizer/--strategy-like option whose values the rules must know."""
     return click.option(flag, dest, type=NameType(kind), multiple=True, metavar="NAME", help=help)
+
+
+def source_option(fn):
+    return click.option(
+        "--source",
+        metavar="SOURCE",
+        help="Evidence to rank: 'paper', 'measured', or an exact source name from `advisor kb stats`. "
+        "Default: the best evidence group available.",
+    )(fn)
+
+
+def evidence_options(fn):
+    """--source, --preset, --hardware, --group: which evidence an answer may rank."""
+    return _compose(
+        source_option,
+        click.option(
+            "--preset",
+            "evidence_preset",
+            metavar="PRESET",
+            help="Only evidence at this scale (tiny, small, paper, custom).",
+        ),
+        click.option(
+            "--hardware",
+            metavar="NAME",
+            help="Only evidence measured on this hardware (as `advisor kb stats` names it).",
+        ),
+        click.option(
+            "--group",
+            "group_id",
+            type=click.IntRange(min=1),
+            metavar="ID",
+            help="Answer from this evidence group (its id in `advisor kb stats`, or as 'Other evidence' lists it).",
+        ),
+    )(fn)
 
 
 def db_option(fn):
@@ -144,41 +330,23 @@ def json_option(fn):
     )
 
 
-def source_option(fn):
-    return click.option(
-        "--source",
-        metavar="SOURCE",
-        help="Evidence to rank: 'paper', 'measured', or an exact source name from `advisor kb stats`. "
-        "Default: the best evidence group available.",
-    )(fn)
-
-
-def require_measure_side() -> None:
-    """The evidence side's libraries are an extra: say how to install them instead of a traceback."""
-    from importlib.util import find_spec
-
-    missing = [m for m in ("torch", "transformers", "datasets", "psutil") if find_spec(m) is None]
-    if missing:
-        raise click.ClickException(
-            f"the measurement side is not installed ({', '.join(missing)} missing): "
-            "pip install torch==2.13.0 -e '.[measure]'"
-        )
+# --- the measurement side, and reading ------------------------------------------------------------------
 
 
 def check_source(conn, source: str | None) -> None:
     """--source must name a source kind or a source present in the KB (exit 2 otherwise)."""
     if source is None:
         return
-    present = kbmod.sources(conn)
-    choices = sorted(set(kbmod.SOURCE_KINDS) | set(present))
+    present = reader.sources(conn)
+    choices = sorted(set(reader.SOURCE_KINDS) | set(present))
     if source not in choices:
         raise click.BadParameter(
             f"unknown source {source!r}. Choose from: {', '.join(choices)}.", param_hint="'--source'"
         )
 
 
-def open_for_reading(db, source: str | None = None):
+def reading_kb(db, source: str | None = None):
     """The KB to answer from, read-only, with --source checked against it."""
-    conn = kbmod.open_for_reading(db)
+    conn = reader.open_for_reading(db)
     check_source(conn, source)
     return conn

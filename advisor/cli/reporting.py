@@ -13,20 +13,21 @@ from pathlib import Path
 
 import click
 
-from advisor.cli.params import CONTEXT, db_option, domain_errors, open_for_reading, source_option
+from advisor.cli.params import CONTEXT, db_option, domain_errors, reading_kb, source_option
+from advisor.places import places
 from advisor.rules import load_rules
 
 PLOTS = ("altair", "vl_convert", "jinja2")  # what the plots extra installs, as imported
 
 
 def charts_module():
-    """advisor.charts, or one sentence saying how to install what drawing needs (exit 1)."""
+    """advisor.render.charts, or one sentence saying how to install what drawing needs (exit 1)."""
     missing = [m for m in PLOTS if find_spec(m) is None]
     if missing:
         raise click.ClickException(
             f"drawing needs the plots extra ({', '.join(missing)} missing): pip install 'advisor[plots]'."
         )
-    from advisor import charts
+    from advisor.render import charts  # Altair and vl-convert: only when a picture is asked for
 
     return charts
 
@@ -85,8 +86,6 @@ def kb_label(db) -> str:
     """Which KB the report is of, as a reader should see it named."""
     if db or os.environ.get("ADVISOR_DB"):
         return str(db or os.environ["ADVISOR_DB"])
-    from advisor.kb import places
-
     where = places()
     return "the shipped KB" + (f" and yours ({where['user_kb']})" if where["user_kb_exists"] else "")
 
@@ -120,15 +119,8 @@ def report(out_dir, source, db):
         advisor report --out my-runs/ --db runs.sqlite
     """
     charts_module()  # say what is missing before any work
-    from advisor.site import NothingToReport, write_site
+    from advisor.render.site import write_site  # Jinja2 and the charts: the plots extra
 
     check_folder(out_dir)
-    conn = open_for_reading(db, source)
-    try:
-        index = write_site(conn, out_dir, load_rules(), source, kb_label(db))
-    except NothingToReport as e:
-        raise click.ClickException(str(e)) from e
+    index = write_site(reading_kb(db, source), out_dir, load_rules(), source, kb_label(db))
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")
-
-
-COMMANDS = [report]

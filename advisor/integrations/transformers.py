@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import socket
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
+
+from advisor.kb import lease, store
+from advisor.places import resolve_write_path
+from advisor.rules import Rules, load_rules
+from measure.hardware import describe, pid_alive
 
 SOURCE = "trainer"
 # transformers' `optim` names -> the optimizer names of rules/families.toml (others are kept as given)
@@ -52,9 +59,8 @@ class AdvisorCallback(TrainerCallback):
     """Records the Trainer run it is attached to into a KB (default: the user's; `db`: another)."""
 
     def __init__(self, db: str | os.PathLike | None = None, model_name: str | None = None):
-        from advisor.kb import resolve_write_path
-
         self.path = Path(resolve_write_path(db))
+        self.rules = load_rules()
         self.model_name = model_name
         self.run_id: int | None = None
         self.losses: list[float] = []
@@ -69,23 +75,21 @@ class AdvisorCallback(TrainerCallback):
     # --- Trainer events ------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        from advisor import store
-        from measure.hardware import pid_alive
-
-        run = describe_run(args, model, optimizer, kwargs.get("train_dataloader"), self.model_name)
+        loader = kwargs.get("train_dataloader")
+        run = describe_run(args, model, optimizer, loader, self.model_name, self.rules)
         with store.writing(self.path) as conn:
-            store.mark_crashed(conn, pid_alive)
+            lease.mark_crashed(conn, pid_alive)
             self.run_id = store.insert_run(
                 conn,
                 {
                     **run,
                     "status": "running",
                     "started_at": store.now(),
-                    "lease_until": store._in(store.LEASE_S),
+                    "lease_until": store.later(lease.LEASE_S),
                     "owner": f"{socket.gethostname()}:{os.getpid()}",
                 },
             )
-        self.heartbeat = store.Heartbeat(self.path).__enter__()
+        self.heartbeat = lease.Heartbeat(self.path).__enter__()
         self.heartbeat.hold(self.run_id)
         self._watch_for_an_unfinished_end()
         self.started = self.epoch_started = time.perf_counter()
@@ -106,8 +110,6 @@ class AdvisorCallback(TrainerCallback):
             self.eval_loss = float(metrics["eval_loss"])
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        from advisor import store
-
         now = time.perf_counter()
         row = {
             "epoch": self.epoch,
@@ -129,8 +131,6 @@ class AdvisorCallback(TrainerCallback):
     # --- ending ----------------------------------------------------------------------------------------
 
     def _finish(self, status: str, error: str | None, state=None) -> None:
-        from advisor import store
-
         if self.run_id is None:
             return
         run_id, self.run_id = self.run_id, None
@@ -171,14 +171,11 @@ class AdvisorCallback(TrainerCallback):
         )
 
 
-def describe_run(args, model, optimizer, dataloader, model_name: str | None) -> dict:
+def describe_run(args, model, optimizer, dataloader, model_name: str | None, rules: Rules) -> dict:
     """The run's provenance and configuration, from the Trainer's arguments and objects."""
-    from advisor.rules import load_rules
-    from measure.hardware import describe
-
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    fam = load_rules().family_of_model_type(model_type) if model_type else None
+    fam = rules.family_of_model_type(model_type) if model_type else None
     device = "cuda" if _cuda_in_use(model) else "cpu"
     strategy = strategy_of(args)
     seq_len = _sequence_length(dataloader)
@@ -272,19 +269,13 @@ def _cuda_in_use(model) -> bool:
 
 
 def _reset_cuda_peak() -> None:
-    import torch
-
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
 
 def _cuda_peak_gb() -> float | None:
-    import torch
-
     return torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
 
 
 def _peak_rss_gb() -> float:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux reports KiB

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from advisor.rules import Rules
 from measure.families.base import Family, Shape, UnknownFamily
 
 _REGISTRY: dict[str, Family] = {}
@@ -20,11 +21,8 @@ def register(cls: type[Family]) -> type[Family]:
     return cls
 
 
-def family(name: str, rules=None) -> Family:
+def family(name: str, rules: Rules) -> Family:
     """The family called `name` in the rules, its module imported; UnknownFamily if either lacks it."""
-    from advisor.rules import load_rules
-
-    rules = rules or load_rules()
     spec = rules.families.get(name)
     if spec is None:
         raise UnknownFamily(f"unknown family {name!r}: rules/families.toml has {', '.join(rules.families)}.")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from measure.tokenizer import BYTE_LEVEL, Tokenizer
+from measure.tokenizer import BYTE_LEVEL, BYTE_VOCAB, Tokenizer
 
 IGNORE = -100  # label of positions without a target (torch's cross-entropy ignore_index)
 
@@ -257,6 +257,4 @@ def token_ids(config, batch_size: int, seq_len: int):
 
 def text_vocab(config) -> int:
     """A text model's vocabulary (whether the run's tokenizer fits in it is `check_vocab`'s to say)."""
-    from measure.tokenizer import BYTE_VOCAB
-
     return getattr(getattr(config, "text_config", config), "vocab_size", BYTE_VOCAB)

@@ -10,7 +10,7 @@ import sys
 import pytest
 from PIL import Image
 
-from advisor.store import open_kb
+from advisor.kb.store import open_for_writing
 
 PLOTTING = ("altair", "vl_convert", "jinja2", "narwhals", "jsonschema")
 
@@ -36,8 +36,8 @@ def test_frontier_png_decodes_at_its_size(invoke, tmp_path):
 
 
 def test_help_states_the_png_size_charts_draw():
-    from advisor import charts
     from advisor.cli.answering import FRONTIER_PIXELS
+    from advisor.render import charts
 
     width, height = (n * charts.PNG_SCALE for n in charts.FRONTIER_SIZE)
     assert FRONTIER_PIXELS == f"{width} × {height}"
@@ -100,7 +100,7 @@ def test_flowchart_html(invoke, tmp_path):
     ],
 )
 def test_bad_picture_options(invoke, tmp_path, args, code, needle):
-    open_kb(tmp_path / "empty.sqlite").close()
+    open_for_writing(tmp_path / "empty.sqlite").close()
     (tmp_path / "file.txt").write_text("not a folder")
     result = invoke(*[a.format(tmp=tmp_path, empty=tmp_path / "empty.sqlite") for a in args])
     assert result.exit_code == code, result.output

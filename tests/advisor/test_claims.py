@@ -5,9 +5,13 @@ import sqlite3
 
 import pytest
 
-from advisor.claims import FAILS, HOLDS, UNKNOWN, check_all, load_claims
-from advisor.rules import RulesError
-from advisor.store import open_kb, rebuild_summaries, write_runs
+from advisor.answers.claims import FAILS, HOLDS, UNKNOWN, check_all, load_claims
+from advisor.errors import RulesError
+from advisor.kb.store import open_for_writing, rebuild_summaries, write_runs
+from advisor.places import shipped_rules_dir
+from advisor.rules import load_rules
+
+RULES = load_rules(str(shipped_rules_dir()))
 
 
 def test_at_least_twelve_claims_with_the_papers_numbers():
@@ -65,11 +69,11 @@ def test_committed_reproduction_report_is_current(invoke, tmp_path):
     """docs/claims.md is what `make claims` writes from the shipped reference measurements."""
     from pathlib import Path
 
-    from advisor.claims import check_all, markdown
-    from advisor.kb import open_for_reading
+    from advisor.answers.claims import check_all, markdown
+    from advisor.kb.reader import open_for_reading
 
     committed = Path(__file__).resolve().parents[2] / "docs" / "claims.md"
-    verdicts = check_all(open_for_reading(None), "measured")
+    verdicts = check_all(open_for_reading(None), "measured", RULES)
     expected = markdown(verdicts, "measured", "advisor claims --source measured --markdown docs/claims.md")
     assert committed.read_text() == expected, "docs/claims.md is stale: run `make claims`"
 
@@ -102,7 +106,7 @@ def test_path_counts_hold_when_every_path_is_answered(kb_path):
         dict(id=f"sgd-{n}", text="", kind="path_counts", optimizer="sgd", count=n, paths=16) for n in (5, 7)
     ]
     claims.append(dict(id="paths-17", text="", kind="path_counts", optimizer="sgd", count=5, paths=17))
-    verdicts = check_all(conn, "paper", claims=claims)
+    verdicts = check_all(conn, "paper", RULES, claims=claims)
     assert [v.verdict for v in verdicts] == [HOLDS, FAILS, UNKNOWN]
     assert verdicts[0].found == "sgd on 5 of 16 best paths (1 of them tied: vision time) (claim: 5 of 16)"
     assert "the flowchart walks 16 paths, the claim counts 17" in verdicts[2].found
@@ -122,8 +126,8 @@ def test_path_counts_hold_when_every_path_is_answered(kb_path):
 def test_a_bad_path_counts_claim_is_one_sentence(invoke, monkeypatch, bad, why):
     claim = dict(id="bad", text="a bad claim", kind="path_counts") | bad
     with pytest.raises(RulesError, match=why):
-        check_all(sqlite3.connect(":memory:"), "paper", claims=[claim])
-    monkeypatch.setattr("advisor.claims.load_claims", lambda: [claim])
+        check_all(sqlite3.connect(":memory:"), "paper", RULES, claims=[claim])
+    monkeypatch.setattr("advisor.answers.claims.load_claims", lambda: [claim])
     result = invoke("claims", "--source", "paper", catch_exceptions=True)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.startswith("Error: claim 'bad'") and why in result.output
@@ -131,7 +135,7 @@ def test_a_bad_path_counts_claim_is_one_sentence(invoke, monkeypatch, bad, why):
 
 
 def test_an_unknown_claim_kind_is_one_sentence(invoke, monkeypatch):
-    monkeypatch.setattr("advisor.claims.load_claims", lambda: [dict(id="x", text="", kind="stat")])
+    monkeypatch.setattr("advisor.answers.claims.load_claims", lambda: [dict(id="x", text="", kind="stat")])
     result = invoke("claims", catch_exceptions=True)
     assert result.exit_code == 1 and "has kind 'stat'" in result.output and "path_counts" in result.output
 
@@ -162,7 +166,7 @@ def seeded(tmp_path):
     runs += [
         run("adam", s, [1.1, 9.0, 1.0][s], "diverged" if s == 1 else "ok", "checkpointing") for s in range(3)
     ]
-    db = open_kb(tmp_path / "seeded.sqlite")
+    db = open_for_writing(tmp_path / "seeded.sqlite")
     write_runs(db, runs)
     return db
 
@@ -186,7 +190,7 @@ def test_ratio_verdicts_are_symmetric_with_intervals(seeded):
     missing it does not hold, one cutting it is not enough evidence either way (the point estimate inside
     the range, or outside it, decides nothing)."""
     claims = [ratio(0.1, 2.0), ratio(1.5, 3.0), ratio(0.4, 0.6), ratio(0.6, 0.9), ratio(0.01, 0.1)]
-    verdicts = [v.verdict for v in check_all(seeded, "measured", claims=claims)]
+    verdicts = [v.verdict for v in check_all(seeded, "measured", RULES, claims=claims)]
     assert verdicts == [HOLDS, FAILS, UNKNOWN, UNKNOWN, FAILS]
 
 
@@ -198,7 +202,7 @@ def test_range_verdicts_are_symmetric_with_intervals(seeded):
         return dict(id=f"{lo}-{hi}", text="", kind="range", family="vision", metric="loss", min=lo, max=hi)
 
     claims = [loss_range(0.0, 5.0), loss_range(2.6, 5.0), loss_range(1.2, 5.0)]
-    verdicts = check_all(seeded, "measured", claims=claims)
+    verdicts = check_all(seeded, "measured", RULES, claims=claims)
     assert [v.verdict for v in verdicts] == [HOLDS, FAILS, UNKNOWN]
     assert "across the edge within noise: adagrad+standard 1.05" in verdicts[2].found
 
@@ -210,12 +214,14 @@ def test_ratio_verdicts_without_intervals_follow_the_point_estimate(kb_path):
         dict(ratio(14.3, 30.0, "adam", "adadelta"), family="encoder"),
     ]
     conn = sqlite3.connect(kb_path)
-    verdicts = check_all(conn, "paper", claims=claims)
+    verdicts = check_all(conn, "paper", RULES, claims=claims)
     assert [v.verdict for v in verdicts] == [HOLDS, FAILS] and "x14.2" in verdicts[1].found
 
 
 def test_a_claim_on_a_flagged_configuration_says_so(seeded):
-    (verdict,) = check_all(seeded, "measured", claims=[ratio(0.1, 2.0, "adam", "sgd", "checkpointing")])
+    (verdict,) = check_all(
+        seeded, "measured", RULES, claims=[ratio(0.1, 2.0, "adam", "sgd", "checkpointing")]
+    )
     assert verdict.verdict == HOLDS
     assert "adam+checkpointing: 2 of 3 seeds ok; seed 1 diverged (mean over the 2 ok)" in verdict.found
 
@@ -232,11 +238,11 @@ def test_best_uses_the_tests_ties(seeded):
             expect=[dict(family="vision", metric="loss", optimizer=optimizer)],
         )
 
-    verdicts = check_all(seeded, "measured", claims=[best("adam"), best("adagrad"), best("sgd")])
+    verdicts = check_all(seeded, "measured", RULES, claims=[best("adam"), best("adagrad"), best("sgd")])
     assert [v.verdict for v in verdicts] == [UNKNOWN, UNKNOWN, FAILS]
     assert "not separated from adagrad+standard (p=" in verdicts[0].found
     never = dict(id="n", text="", kind="never_best", optimizer="sgd")
-    (sgd_never,) = check_all(seeded, "measured", claims=[never])
+    (sgd_never,) = check_all(seeded, "measured", RULES, claims=[never])
     assert sgd_never.verdict == HOLDS
-    (adagrad_never,) = check_all(seeded, "measured", claims=[dict(never, optimizer="adagrad")])
+    (adagrad_never,) = check_all(seeded, "measured", RULES, claims=[dict(never, optimizer="adagrad")])
     assert adagrad_never.verdict == UNKNOWN

@@ -3,12 +3,13 @@ answers name the data, and runs that do not say (older KBs, older files) get the
 
 import json
 
-from advisor import store
-from advisor.evidence import select_group
-from advisor.kb import Group, evidence_groups
+from advisor.answers.evidence import select_group
+from advisor.kb import store
+from advisor.kb.reader import Group, evidence_groups
+from advisor.kb.summaries import PAPER_DATA
 from advisor.rules import load_rules
-from advisor.schema import MIGRATION_SET, MIGRATIONS, statements
-from advisor.summaries import PAPER_DATA
+
+from ..conftest import kb_before
 
 
 def a_run(i: int, **over) -> dict:
@@ -32,7 +33,7 @@ def a_run(i: int, **over) -> dict:
 
 
 def test_runs_on_other_data_are_other_evidence_groups_and_answers_name_the_data(tmp_path):
-    conn = store.open_kb(tmp_path / "data.sqlite")
+    conn = store.open_for_writing(tmp_path / "data.sqlite")
     mine = "corpus.jsonl sha256:0123456789ab"
     store.write_runs(conn, [a_run(i) for i in range(2)] + [a_run(i + 2, data=mine) for i in range(2)])
     groups = {g.data: g for g in evidence_groups(conn, family="decoder")}
@@ -44,7 +45,7 @@ def test_runs_on_other_data_are_other_evidence_groups_and_answers_name_the_data(
 
 
 def test_runs_that_do_not_say_get_their_data_from_their_provenance(tmp_path):
-    conn = store.open_kb(tmp_path / "data.sqlite")
+    conn = store.open_for_writing(tmp_path / "data.sqlite")
     paper = a_run(0, source="paper:2608.08961", config={})
     trainer = a_run(1, source="trainer", config={})
     old_string = a_run(2, config={"data": "generated MM-IMDb-like corpus (offline)"})  # an older recording
@@ -56,15 +57,8 @@ def test_runs_that_do_not_say_get_their_data_from_their_provenance(tmp_path):
 
 
 def test_a_kb_from_before_0009_migrates_its_runs_into_groups_by_data(tmp_path):
-    from sqlite_utils import Database
-    from sqlite_utils.migrations import Migrations
-
     path = tmp_path / "old.sqlite"
-    db = Database(path)
-    migrations = Migrations(MIGRATION_SET)
-    for name, sql in MIGRATIONS[:8]:  # through 0008: groups without data
-        migrations(name=name)(lambda db, sql=sql: [db.execute(s) for s in statements(sql)])
-    migrations.apply(db)
+    db = kb_before(path, 8)  # through 0008: groups without data
     for i, (source, config) in enumerate(
         [
             ("paper:2608.08961", {}),
@@ -79,7 +73,7 @@ def test_a_kb_from_before_0009_migrates_its_runs_into_groups_by_data(tmp_path):
         )
     db.conn.commit()
     db.conn.close()
-    conn = store.open_kb(path)
+    conn = store.open_for_writing(path)
     assert sorted(r[0] for r in conn.execute("SELECT data FROM runs")) == ["generated", PAPER_DATA]
     assert sorted(g.data for g in evidence_groups(conn)) == ["generated", PAPER_DATA]
     assert conn.execute("SELECT count(*) FROM runs WHERE grp IS NULL").fetchone()[0] == 0

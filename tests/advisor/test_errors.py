@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from advisor.store import open_kb
+from advisor.kb.store import open_for_writing
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ from advisor.store import open_kb
         ),
         (["recommend", "--arch", "vit", "--optimizer", "lion"], "unknown optimizer 'lion'"),
         (["recommend", "--arch", "vit", "--strategy", "offload"], "unknown strategy 'offload'"),
-        (["recommend"], "exactly one of --arch"),
+        (["recommend"], "exactly one of arch"),
         (["frontier", "--arch", "vit", "--x", "loss"], "must be different"),
         (["flowchart", "--source", "nope"], "unknown source"),
     ],
@@ -94,7 +94,7 @@ def test_kb_from_newer_schema(invoke, kb_path):
     result = invoke("kb", "import", kb_path.parent / "x.json")  # a write is refused too
     assert result.exit_code == 2
     with pytest.raises(Exception, match="newer advisor"):
-        open_kb(kb_path)
+        open_for_writing(kb_path)
     assert kb_path.read_bytes() == before, "nothing is changed in a newer KB"
 
 
@@ -126,7 +126,7 @@ def test_read_only_wal_kb_in_read_only_folder(invoke, tmp_path, kb_path):
     folder.mkdir()
     path = folder / "kb.sqlite"
     path.write_bytes(kb_path.read_bytes())
-    open_kb(path).close()  # leaves the file in WAL mode
+    open_for_writing(path).close()  # leaves the file in WAL mode
     folder.chmod(0o555)
     try:
         result = invoke("recommend", "--arch", "vit", "--db", path, "--json")

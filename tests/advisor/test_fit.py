@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor import accelerators
+from advisor.prediction import accelerators
 from advisor.rules import load_rules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,10 +166,12 @@ def test_training_arguments_are_trainers_own():
     from transformers import TrainingArguments
     from transformers.training_args import OptimizerNames
 
-    from advisor.fit import model_info, question, training_arguments
+    from advisor.model_ref import resolve_model
+    from advisor.prediction.question import FitOptions, question
+    from advisor.prediction.snippets import training_arguments
 
     rules = load_rules()
-    q = question(model_info(str(QWEN), rules), rules, gpu="A100-80GB", seq_len=256)
+    q = question(resolve_model(str(QWEN), rules), FitOptions(gpu="A100-80GB", seq_len=256), rules)
     names = {f.name for f in fields(TrainingArguments)}
     for optimizer in rules.optimizers:
         for strategy in rules.strategies:
@@ -210,7 +212,7 @@ def test_training_arguments_are_trainers_own():
         (["--model", QWEN, "--gpu", "T4", "--optimizer", "lion"], 2, "unknown optimizer"),
         (["--model", QWEN, "--gpu", "T4", "--dtype", "int8"], 2, "--dtype"),
         (["--gpu", "T4"], 2, "pass --model"),
-        (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot find a config"),
+        (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot resolve model"),
     ],
 )
 def test_bad_input_gets_a_sentence_and_an_exit_code(invoke, args, code, needle):
@@ -294,11 +296,11 @@ def test_recommend_gpu_needs_a_model(invoke):
 
 
 def test_fit_names_how_its_predictions_were_checked_on_gpus(invoke, tmp_path, monkeypatch):
-    from advisor import store
-    from advisor.store import Check
+    from advisor.kb import store
+    from advisor.kb.store import Check
 
     db = tmp_path / "mine.sqlite"
-    conn = store.open_kb(db)
+    conn = store.open_for_writing(db)
     machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {}}
     checks = [
         Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, v, 0.05, "x") for v in (-0.002, 0.01, -0.03)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor.build import build_kb, import_file
-from advisor.ingest import ImportRowsError
-from advisor.schema import KNOWN_MIGRATIONS, schema_sql
-from advisor.store import open_kb
+from advisor.kb.build import build_kb, import_file
+from advisor.kb.ingest import ImportRowsError
+from advisor.kb.schema import KNOWN_MIGRATIONS, schema_sql
+from advisor.kb.store import open_for_writing
+
+from ..conftest import RULES
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_KB = REPO / "kb" / "results.sqlite"
@@ -28,17 +30,17 @@ def dump(path):
 
 def test_shipped_kb_matches_what_build_makes(tmp_path):
     built = tmp_path / "built.sqlite"
-    build_kb(built)
+    build_kb(built, RULES)
     assert dump(built) == dump(SHIPPED_KB), "kb/results.sqlite is stale: run `make kb` (advisor kb build)"
     assert sqlite3.connect(SHIPPED_KB).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
 def test_blank_and_shipped_kb_migrate_to_same_schema(tmp_path):
     blank = tmp_path / "blank.sqlite"
-    open_kb(blank).close()
+    open_for_writing(blank).close()
     copy = tmp_path / "shipped.sqlite"
     copy.write_bytes(SHIPPED_KB.read_bytes())
-    open_kb(copy).close()
+    open_for_writing(copy).close()
     assert schema_sql(sqlite3.connect(blank)) == schema_sql(sqlite3.connect(copy))
     applied = [
         r[0] for r in sqlite3.connect(blank).execute("SELECT name FROM _sqlite_migrations ORDER BY id")
@@ -46,8 +48,8 @@ def test_blank_and_shipped_kb_migrate_to_same_schema(tmp_path):
     assert applied == KNOWN_MIGRATIONS
 
 
-def test_open_kb_sets_wal_and_busy_timeout(tmp_path):
-    db = open_kb(tmp_path / "w.sqlite")
+def test_open_for_writing_sets_wal_and_busy_timeout(tmp_path):
+    db = open_for_writing(tmp_path / "w.sqlite")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
 
@@ -64,7 +66,7 @@ def test_paper_figures_carry_provenance(kb_path):
     metric = conn.execute("SELECT * FROM metrics WHERE run_id = ? AND name='loss'", [run["id"]]).fetchone()
     assert (metric["value"], metric["certainty"]) == (996.59, "stated")
     assert "CGD" in metric["note"]
-    n_csv = len((REPO / "kb/sources/paper-2608.08961/figures.csv").read_text().strip().splitlines()) - 1
+    n_csv = len((REPO / "kb/inputs/paper-2608.08961/figures.csv").read_text().strip().splitlines()) - 1
     paper_figures = "SELECT count(*) FROM metrics JOIN runs ON runs.id = run_id WHERE source LIKE 'paper:%'"
     assert conn.execute(paper_figures).fetchone()[0] == n_csv
     # holes are absent rows, never zeros
@@ -72,7 +74,7 @@ def test_paper_figures_carry_provenance(kb_path):
 
 
 def test_import_with_bad_rows_imports_nothing(tmp_path, kb_path, invoke):
-    src = REPO / "kb/sources/paper-2608.08961"
+    src = REPO / "kb/inputs/paper-2608.08961"
     csv_path = tmp_path / "figures.csv"
     lines = (src / "figures.csv").read_text().splitlines()
     lines.insert(5, "vit,lion,standard,loss,0.1,loss,stated,x")
@@ -80,7 +82,7 @@ def test_import_with_bad_rows_imports_nothing(tmp_path, kb_path, invoke):
     csv_path.write_text("\n".join(lines) + "\n")
     target = tmp_path / "target.sqlite"
     with pytest.raises(ImportRowsError, match="2 bad row"):
-        import_file(target, csv_path, src / "setup.toml")
+        import_file(target, csv_path, RULES, src / "setup.toml")
     result = invoke("kb", "import", csv_path, "--setup", src / "setup.toml", "--db", kb_path)
     assert result.exit_code == 1
     assert "line 6: unknown optimizer 'lion'" in result.output and "nothing was imported" in result.output
@@ -131,7 +133,7 @@ def test_stats_and_runs(invoke):
 def _open_when_released(path, barrier, results):
     barrier.wait()
     try:
-        open_kb(path).close()
+        open_for_writing(path).close()
         results.put("ok")
     except Exception as e:  # the failure is the finding: report it to the parent
         results.put(repr(e))
@@ -160,12 +162,12 @@ def test_processes_creating_one_new_kb_at_once_all_succeed(tmp_path):
 
 def test_validations_travel_with_an_export(tmp_path, invoke):
     """advisor validate's checks and fit's GPU checks are evidence too: export and import carry them."""
-    from advisor import store
-    from advisor.store import Check
+    from advisor.kb import store
+    from advisor.kb.store import Check
 
     source = tmp_path / "source.sqlite"
     source.write_bytes(SHIPPED_KB.read_bytes())
-    conn = store.open_kb(source)
+    conn = store.open_for_writing(source)
     machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {"torch": "2.11"}}
     store.add_validations(
         conn, machine, "paper", [Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, -0.002, 0.05, "x")]

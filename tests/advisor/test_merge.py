@@ -3,7 +3,7 @@
 import json
 import sqlite3
 
-from advisor.store import open_kb, write_runs
+from advisor.kb.store import open_for_writing, write_runs
 
 
 def run(uid, hardware, status="ok", loss=1.0):
@@ -27,7 +27,7 @@ def run(uid, hardware, status="ok", loss=1.0):
 
 
 def kb_with(path, runs):
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(db, runs)
     db.close()
     return path

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from advisor.pareto import frontier, pareto_view
+from advisor.answers.pareto import frontier, pareto_view
 
 
 def brute_force(points, x_dir="min", y_dir="min"):

@@ -8,8 +8,8 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from advisor.pareto import FrontierPoint
-from advisor.plot import MARK, scatter
+from advisor.answers.pareto import FrontierPoint
+from advisor.render.plot import MARK, scatter
 
 
 def render(renderable, width: int) -> list[str]:

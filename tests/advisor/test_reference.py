@@ -1,4 +1,4 @@
-"""The shipped reference measurements (kb/sources/measured-cpu-small*.json, `make reference`) obey physics,
+"""The shipped reference measurements (kb/inputs/measured-cpu-small*.json, `make reference`) obey physics,
 and the answers they give are separated by tests, not ties (issue 10's "done when")."""
 
 import json

@@ -5,10 +5,12 @@ import sqlite3
 
 import pytest
 
-from advisor.evidence import GroupEvidence
-from advisor.kb import evidence_groups
-from advisor.recommend import recommend
-from advisor.rules import RulesError, load_rules, rules_dir
+from advisor.answers.evidence import GroupEvidence
+from advisor.answers.recommendation import recommend
+from advisor.errors import RulesError
+from advisor.kb.reader import evidence_groups
+from advisor.places import shipped_rules_dir
+from advisor.rules import load_rules
 
 
 def test_families_and_aliases():
@@ -64,7 +66,7 @@ def test_metrics_read_defined_measures():
 def test_divergence_threshold_lives_in_rules(tmp_path, kb_path):
     """Loosening the threshold in the rules file lets CGD on Llama back in: no code change."""
     custom = tmp_path / "rules"
-    shutil.copytree(rules_dir(), custom)
+    shutil.copytree(shipped_rules_dir(), custom)
     text = (
         (custom / "flowchart.toml")
         .read_text()
@@ -72,27 +74,27 @@ def test_divergence_threshold_lives_in_rules(tmp_path, kb_path):
     )
     (custom / "flowchart.toml").write_text(text)
     conn = sqlite3.connect(kb_path)
-    strict = recommend(conn, "decoder", "memory", rules=load_rules())
-    loose = recommend(conn, "decoder", "memory", rules=load_rules(str(custom)))
+    strict = recommend(conn, "decoder", "memory", load_rules())
+    loose = recommend(conn, "decoder", "memory", load_rules(str(custom)))
     assert strict.recommendation.optimizer != "cgd"
     assert (loose.recommendation.optimizer, loose.recommendation.strategy) == ("cgd", "standard")
 
 
 def test_adding_a_metric_is_a_rules_edit(tmp_path, kb_path):
     custom = tmp_path / "rules"
-    shutil.copytree(rules_dir(), custom)
+    shutil.copytree(shipped_rules_dir(), custom)
     with open(custom / "metrics.toml", "a") as f:
         f.write(
             '\n[metrics.final_loss]\ndirection = "min"\nunit = ""\nlabel = "final loss"\nmeasures = ["loss"]\n'
         )
     rules = load_rules(str(custom))
-    answer = recommend(sqlite3.connect(kb_path), "vision", "final_loss", rules=rules)
+    answer = recommend(sqlite3.connect(kb_path), "vision", "final_loss", rules)
     assert answer.recommendation.optimizer == "adagrad"
 
 
 def test_bad_rules_are_reported(tmp_path):
     custom = tmp_path / "rules"
-    shutil.copytree(rules_dir(), custom)
+    shutil.copytree(shipped_rules_dir(), custom)
     with open(custom / "metrics.toml", "a") as f:
         f.write('\n[metrics.bogus]\ndirection = "min"\nunit = ""\nlabel = "x"\nmeasures = ["nope"]\n')
     with pytest.raises(RulesError, match="undefined measures: nope"):

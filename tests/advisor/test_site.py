@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from advisor.cli import cli
-from advisor.store import open_kb
+from advisor.kb.store import open_for_writing
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_KB = REPO / "kb" / "results.sqlite"
@@ -67,7 +67,7 @@ def test_report_shows_fit_predictions_when_present(invoke, kb_path, tmp_path):
         "optimizer_traffic": [4e9],
         "attention": "sdpa",
     }
-    with open_kb(kb_path) as conn:
+    with open_for_writing(kb_path) as conn:
         conn.execute(
             "INSERT INTO predictions (key, model, config_hash, optimizer, strategy, dtype, seq_len, device, "
             "software, payload, created_at) VALUES ('k', 'my-model', 'h', 'adamw', 'standard', 'bf16-mixed', "
@@ -108,7 +108,7 @@ def test_report_into_a_used_folder_replaces_its_own_files_only(invoke, tmp_path)
 )
 def test_bad_report_options(invoke, tmp_path, args, code, needle):
     (tmp_path / "file.txt").write_text("not a folder")
-    open_kb(tmp_path / "empty.sqlite").close()
+    open_for_writing(tmp_path / "empty.sqlite").close()
     fill = dict(tmp=tmp_path, file=tmp_path / "file.txt", empty=tmp_path / "empty.sqlite")
     result = invoke(*[a.format(**fill) for a in args])
     assert result.exit_code == code, result.output

@@ -1,4 +1,4 @@
-"""advisor/stats.py against scipy.stats: paired and Welch t-tests from maintained sums, Holm, effect sizes."""
+"""advisor/answers/stats.py against scipy.stats: paired and Welch t-tests from maintained sums, Holm, effect sizes."""
 
 import math
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 from scipy import stats as sps
 
-from advisor.stats import holm, paired_t, relative_difference, welch_t
+from advisor.answers.stats import holm, paired_t, relative_difference, welch_t
 
 
 def sums(values):

@@ -1,4 +1,4 @@
-"""The maintained summaries (advisor/summaries.py) equal what a rebuild from the runs computes, after every
+"""The maintained summaries (advisor/kb/summaries.py) equal what a rebuild from the runs computes, after every
 kind of write; and a KB from before them migrates with its runs intact."""
 
 import random
@@ -6,9 +6,10 @@ import sqlite3
 
 import pytest
 
-from advisor import store
-from advisor.kb import evidence_groups, group_aggregates, group_cells, group_pairs
-from advisor.schema import MIGRATIONS
+from advisor.kb import lease, store
+from advisor.kb.reader import evidence_groups, group_aggregates, group_cells, group_pairs
+
+from ..conftest import kb_before
 
 SUMMARY_KEYS = {  # natural keys (group ids differ between a maintained KB and its rebuild)
     "cell_status": "g.source, g.model, g.protocol, s.optimizer, s.strategy, s.settings, s.status, s.n",
@@ -35,7 +36,7 @@ def snapshot(conn) -> dict:
 def rebuilt(conn, tmp_path) -> dict:
     copy = tmp_path / f"rebuilt-{len(list(tmp_path.iterdir()))}.sqlite"
     conn.execute("VACUUM INTO ?", [str(copy)])
-    other = store.open_kb(copy)
+    other = store.open_for_writing(copy)
     store.rebuild_summaries(other)
     return snapshot(other)
 
@@ -71,7 +72,7 @@ def run(rng, i, **over) -> dict:
 @pytest.mark.parametrize("seed", range(4))
 def test_maintained_summaries_equal_a_rebuild_after_every_kind_of_write(tmp_path, seed):
     rng = random.Random(seed)
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     store.write_runs(conn, [run(rng, i) for i in range(40)])  # bulk, set-based
     assert snapshot(conn) == rebuilt(conn, tmp_path)
     with store.transaction(conn):  # one at a time
@@ -80,21 +81,21 @@ def test_maintained_summaries_equal_a_rebuild_after_every_kind_of_write(tmp_path
     claimed = []
     for i in range(50, 56):  # claims, then finished or left running
         r = run(rng, i, cell_key=f"k{i}", status="running", owner="elsewhere:1", metrics=[])
-        run_id, _ = store.claim_run(conn, r, pid_alive=lambda _: True)
+        run_id, _ = lease.claim_run(conn, r, pid_alive=lambda _: True)
         claimed.append(run_id)
     store.finish_run(conn, claimed[0], "ok", None, [("loss", 0.7, ""), ("epoch_time", 2.0, "s")])
     store.finish_run(conn, claimed[1], "diverged", "loss became nan", [("loss", 9.0, "")])
     store.update_run(conn, claimed[2], n_params=5000, config={"lr": 0.1})
     store.update_run(conn, claimed[0], settings="lr=0.3")  # an ok run changes its settings
     conn.execute("UPDATE runs SET lease_until = '2000-01-01' WHERE id = ?", [claimed[3]])
-    assert store.mark_crashed(conn, pid_alive=lambda _: True) == 1
+    assert lease.mark_crashed(conn, pid_alive=lambda _: True) == 1
     store.write_runs(conn, [run(rng, i) for i in range(56, 70)])  # more seeds of existing cells
     assert snapshot(conn) == rebuilt(conn, tmp_path)
     assert snapshot(conn)["unassigned"] == 0
 
 
 def test_pairs_are_the_seed_paired_differences_of_per_seed_means(tmp_path):
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     rows = []
     values = {
         ("adam", 0): [1.0, 3.0],
@@ -131,7 +132,7 @@ def test_pairs_are_the_seed_paired_differences_of_per_seed_means(tmp_path):
 
 
 def test_failed_seeds_are_the_seeds_without_an_ok_run(tmp_path):
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     base = dict(optimizer="adam", strategy="standard", preset="small", protocol="fair", settings=None)
     outcomes = [(0, "ok"), (1, "diverged"), (2, "crashed"), (2, "ok"), (3, "untrained"), (4, "running")]
     store.write_runs(
@@ -150,16 +151,7 @@ def test_failed_seeds_are_the_seeds_without_an_ok_run(tmp_path):
 
 def _old_kb(path):
     """A KB as advisor wrote it before migration 0008 (its first seven migrations, via sqlite-utils)."""
-    from sqlite_utils import Database
-    from sqlite_utils.migrations import Migrations
-
-    from advisor.schema import MIGRATION_SET, statements
-
-    db = Database(path)
-    migrations = Migrations(MIGRATION_SET)
-    for name, sql in MIGRATIONS[:7]:
-        migrations(name=name)(lambda db, sql=sql: [db.execute(s) for s in statements(sql)])
-    migrations.apply(db)
+    db = kb_before(path, 7)
     for i, (status, protocol) in enumerate([("ok", "preset defaults"), ("diverged", "lr=0.1"), ("ok", None)]):
         db.execute(
             "INSERT INTO runs (cell_key, source, model, family, optimizer, strategy, preset, seed, hardware, "
@@ -178,7 +170,7 @@ def _old_kb(path):
 def test_a_kb_from_before_the_summaries_migrates_with_its_runs_intact(tmp_path):
     path = tmp_path / "old.sqlite"
     _old_kb(path)
-    conn = store.open_kb(path)
+    conn = store.open_for_writing(path)
     rows = conn.execute("SELECT status, settings, protocol, grp IS NOT NULL FROM runs ORDER BY id").fetchall()
     assert rows == [
         ("ok", "preset defaults", "paper", 1),
@@ -195,7 +187,7 @@ def test_a_kb_from_before_the_summaries_migrates_with_its_runs_intact(tmp_path):
 
 def test_an_export_from_before_0008_imports_its_settings(tmp_path):
     """Files exported before 0008 named a run's settings `protocol`; they import as settings."""
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     r = run(random.Random(1), 1, protocol="lr=0.01, epochs=8", status="ok")
     r.pop("settings")
     store.write_runs(conn, [r])
@@ -203,16 +195,16 @@ def test_an_export_from_before_0008_imports_its_settings(tmp_path):
 
 
 def test_update_run_refuses_to_set_a_group(tmp_path):
-    from advisor.schema import KBError
+    from advisor.errors import KBError
 
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     store.write_runs(conn, [run(random.Random(2), 1)])
     with pytest.raises(KBError, match="group"):
         store.update_run(conn, 1, grp=7)
 
 
 def test_raw_sqlite_check_rejects_an_unknown_status_and_protocol(tmp_path):
-    conn = store.open_kb(tmp_path / "t.sqlite")
+    conn = store.open_for_writing(tmp_path / "t.sqlite")
     for column, value in (("status", "exploded"), ("protocol", "vibes")):
         r = run(random.Random(3), 1, **{column: value})
         with pytest.raises(sqlite3.IntegrityError):

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from scipy import stats
 
-from advisor.store import open_kb, write_runs
+from advisor.kb.store import open_for_writing, write_runs
 
 
 def measured_run(optimizer, strategy, seed, loss, time_s, status="ok"):
@@ -37,7 +37,7 @@ def measured_run(optimizer, strategy, seed, loss, time_s, status="ok"):
 @pytest.fixture
 def seeded_kb(tmp_path):
     path = tmp_path / "seeds.sqlite"
-    db = open_kb(path)
+    db = open_for_writing(path)
     runs = []
     for seed, (a, b, c) in enumerate([(1.08, 1.02, 2.0), (1.12, 1.05, 2.1), (1.04, 1.12, 1.9)]):
         runs += [
@@ -90,7 +90,7 @@ def test_a_small_margin_in_every_seed_is_not_a_tie(invoke, tmp_path):
     unpaired 95 % intervals overlap; the old rule called it a tie."""
     path = tmp_path / "paired.sqlite"
     adagrad, adadelta = [1.500, 1.520, 1.480], [1.530, 1.548, 1.512]
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(
         db,
         [measured_run("adagrad", "standard", s, adagrad[s], 1.0) for s in range(3)]
@@ -113,7 +113,7 @@ def test_a_small_margin_in_every_seed_is_not_a_tie(invoke, tmp_path):
 def test_welch_when_configurations_share_no_seeds(invoke, tmp_path):
     path = tmp_path / "unpaired.sqlite"
     a, b = [1.0, 1.1, 0.9], [1.5, 1.45, 1.6]
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(
         db,
         [measured_run("adam", "standard", s, a[s], 1.0) for s in range(3)]
@@ -139,7 +139,7 @@ def test_holm_ties_a_borderline_comparison_among_many(invoke, tmp_path):
     }
     runs = [measured_run("adam", "standard", s, adam[s], 1.0) for s in range(3)]
     runs += [measured_run(o, "standard", s, adam[s] + d[s], 1.0) for o, d in shifts.items() for s in range(3)]
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(db, runs)
     db.close()
     many = {a["optimizer"]: a for a in recommend_json(invoke, path)["alternatives"]}
@@ -152,16 +152,18 @@ def test_holm_ties_a_borderline_comparison_among_many(invoke, tmp_path):
 
 @pytest.mark.parametrize("alpha", ["0", "1", "1.5", '"0.05"', "true", None])
 def test_a_bad_alpha_is_one_sentence(invoke, tmp_path, monkeypatch, seeded_kb, alpha):
-    from advisor.rules import load_rules, rules_dir
+    from advisor.places import shipped_rules_dir
+    from advisor.rules import load_rules
 
     custom = tmp_path / "rules"
-    shutil.copytree(rules_dir(), custom)
+    shutil.copytree(shipped_rules_dir(), custom)
     text = (custom / "flowchart.toml").read_text()
     assert "alpha = 0.05\n" in text
     (custom / "flowchart.toml").write_text(
         text.replace("alpha = 0.05\n", f"alpha = {alpha}\n" if alpha else "")
     )
-    monkeypatch.setattr("advisor.cli.answering.load_rules", lambda: load_rules(str(custom)))
+    for where in ("advisor.cli.answering", "advisor.api"):
+        monkeypatch.setattr(f"{where}.load_rules", lambda: load_rules(str(custom)))
     for args in (("recommend", "--arch", "vit"), ("flowchart",)):
         result = invoke(*args, "--source", "measured", "--db", seeded_kb, catch_exceptions=True)
         assert result.exit_code == 1 and "Traceback" not in result.output, result.output
@@ -214,7 +216,7 @@ def diverged_kb(tmp_path):
             measured_run("adagrad", "standard", seed, [1.50, 1.52, 1.48][seed], 0.9),
             measured_run("adadelta", "checkpointing", seed, [1.6, 1.7, 1.5][seed], 1.2, status=status),
         ]
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(db, runs)
     db.close()
     return path
@@ -285,7 +287,7 @@ def test_a_seed_without_a_figure_flags_its_configuration(invoke, tmp_path):
         sgd["metrics"].append(dict(name="time_to_target", value=9.0 + seed / 10, unit="s"))
         runs += [adam, sgd]
     path = tmp_path / "target.sqlite"
-    db = open_kb(path)
+    db = open_for_writing(path)
     write_runs(db, runs)
     db.close()
     out = recommend_json(invoke, path, "--optimize", "time_to_target")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from advisor.store import open_kb, write_runs
+from advisor.kb.store import open_for_writing, write_runs
 
 from ..conftest import SHIPPED_KB
 
@@ -48,7 +48,7 @@ def test_kb_path_says_where_things_are(invoke, no_db):
 def test_reads_see_the_shipped_kb_and_the_users_together(invoke, no_db):
     before = json.loads(invoke("kb", "stats", "--json").output)
     no_db.parent.mkdir(parents=True)
-    db = open_kb(no_db)
+    db = open_for_writing(no_db)
     write_runs(
         db, [user_run(s, o, loss) for s in range(3) for o, loss in (("adam", 1.0 + s / 100), ("sgd", 2.0))]
     )
@@ -89,7 +89,7 @@ def test_migrate_without_a_kb_is_a_sentence(invoke, no_db):
 
 def test_a_group_is_selected_by_its_id_and_disagreeing_groups_are_shown(invoke, no_db):
     no_db.parent.mkdir(parents=True)
-    db = open_kb(no_db)  # the user's runs pick sgd on held-out loss, where the paper picks another
+    db = open_for_writing(no_db)  # the user's runs pick sgd on held-out loss, where the paper picks another
     write_runs(
         db, [user_run(s, o, loss) for s in range(3) for o, loss in (("adam", 2.0 + s / 100), ("sgd", 1.0))]
     )

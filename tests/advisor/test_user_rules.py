@@ -2,7 +2,8 @@
 
 import json
 
-from advisor.rules import extended, load_rules, user_rules_dir
+from advisor.places import user_rules_dir
+from advisor.rules import extended, load_rules
 
 
 def test_a_users_model_type_joins_a_family(invoke, tmp_path):

@@ -5,7 +5,6 @@ cells are recovered by the next grid."""
 import json
 import signal
 import time
-from dataclasses import replace
 
 import pytest
 import ray
@@ -14,8 +13,8 @@ from ray.cluster_utils import Cluster
 from measure.cluster import run_grid_ray
 from measure.config import RunConfig
 from measure.progress import Reporter
-from measure.runner import grid
 
+from ..conftest import RULES, grid
 from .processes import advisor, query, runs
 
 # Long enough (hundreds of ms of steps after a cell's task starts) that a node killed as a cell starts on
@@ -48,7 +47,7 @@ def cells(optimizers=("adam", "adamw"), strategies=("standard", "checkpointing")
 def test_a_two_node_grid_writes_one_ok_run_per_cell_from_the_driver(connected, tmp_path):
     db = tmp_path / "ray.sqlite"
     seen = Placed()
-    results = run_grid_ray(cells(), db, seen, order_seed=7)
+    results = run_grid_ray(cells(), db, RULES, seen, order_seed=7)
     assert [r.status for r in results] == ["ok"] * 4
     rows = runs(db)
     assert len({(r["cell_key"], r["seed"]) for r in rows}) == len(rows) == 4
@@ -78,7 +77,7 @@ def test_a_node_killed_mid_grid_loses_no_cell_and_duplicates_none(connected, tmp
     connected.wait_for_nodes()
     db = tmp_path / "kill.sqlite"
     seen = Placed(extra.node_id, lambda: connected.remove_node(extra, allow_graceful=False))
-    results = run_grid_ray(cells(), db, seen, order_seed=3)
+    results = run_grid_ray(cells(), db, RULES, seen, order_seed=3)
     assert seen.then is None, "no cell started on the extra node"
     assert [r.status for r in results] == ["ok"] * 4
     rows = runs(db)
@@ -122,7 +121,9 @@ def test_a_cell_asks_for_a_gpu_the_cluster_lacks(connected, tmp_path):
 
     with pytest.raises(ClusterError, match="no GPU"):
         run_grid_ray(
-            [replace(c, device="cuda") for c in cells(["adam"], ["standard"])], tmp_path / "x.sqlite"
+            [c.with_config(device="cuda") for c in cells(["adam"], ["standard"])],
+            tmp_path / "x.sqlite",
+            RULES,
         )
 
 

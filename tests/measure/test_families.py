@@ -6,22 +6,22 @@ import textwrap
 
 import pytest
 
-from advisor.kb import shipped_kb_path
-from advisor.recommend import recommend
-from advisor.rules import load_rules, rules_dir
-from advisor.schema import STATUSES
+from advisor.answers.recommendation import recommend
+from advisor.kb.migrations import STATUSES
+from advisor.places import shipped_kb_path, shipped_rules_dir
+from advisor.rules import load_rules
 from measure import config, optimizers, strategies
 from measure.config import RunConfig
 from measure.families import UnknownFamily, family, registered
 from measure.grid import run_grid
 from measure.runner import plan_grid
 
-RULES = load_rules()
+from ..conftest import RULES, ref
 
 
 @pytest.mark.parametrize("name", list(RULES.families))
 def test_every_family_of_the_rules_has_its_module(name):
-    fam = family(name)
+    fam = family(name, RULES)
     assert fam.name == name and fam.task
     for preset in RULES.presets[:2]:  # paper sizes are checked on their configs in test_models
         config_, shape = fam.reference_config(preset)
@@ -30,7 +30,7 @@ def test_every_family_of_the_rules_has_its_module(name):
 
 def test_registry_and_code_lists_agree_with_the_rules():
     for name in RULES.families:
-        family(name)
+        family(name, RULES)
     assert set(registered()) <= set(RULES.families)
     assert set(optimizers.OPTIMIZERS) == set(RULES.optimizers) == set(optimizers.DEFAULT_LR)
     assert set(strategies.STRATEGIES) == set(RULES.strategies)
@@ -43,14 +43,14 @@ def test_registry_and_code_lists_agree_with_the_rules():
 
 def test_an_unknown_family_is_an_error(tmp_path):
     with pytest.raises(UnknownFamily, match="unknown family 'audio'"):
-        family("audio")
+        family("audio", RULES)
     custom = tmp_path / "rules"
     custom.mkdir()
-    for f in rules_dir().glob("*.toml"):
+    for f in shipped_rules_dir().glob("*.toml"):
         (custom / f.name).write_text(f.read_text())
     text = (custom / "families.toml").read_text()
     (custom / "families.toml").write_text(
-        'families.speech = { module = "measure.families.decoder" }\n' + text
+        'families.speech = { module = "measure.families.decoder", inputs = ["text"] }\n' + text
     )
     with pytest.raises(UnknownFamily, match="registers no family called 'speech'"):
         family("speech", load_rules(str(custom)))
@@ -83,23 +83,23 @@ def test_a_fifth_family_is_one_module_and_one_line_of_rules(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     custom = tmp_path / "rules"
     custom.mkdir()
-    for f in rules_dir().glob("*.toml"):
+    for f in shipped_rules_dir().glob("*.toml"):
         (custom / f.name).write_text(f.read_text())
-    line = 'families.toy = { module = "toy_family", reference_model = "gpt2-toy" }\n'
+    line = 'families.toy = { module = "toy_family", reference_model = "gpt2-toy", inputs = ["text"] }\n'
     (custom / "families.toml").write_text(line + (custom / "families.toml").read_text())
     rules = load_rules(str(custom))
 
     base = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
-    configs = plan_grid(["gpt2-toy"], base=base, rules=rules)
-    assert {(c.optimizer, c.strategy) for c in configs} == {
+    configs = plan_grid([ref("gpt2-toy", rules)], rules, base=base)
+    assert {(c.config.optimizer, c.config.strategy) for c in configs} == {
         (o, s) for o in rules.families["toy"].grid_optimizers for s in rules.families["toy"].grid_strategies
     }
     db = tmp_path / "toy.sqlite"
-    results = run_grid(configs, db, rules=rules)
+    results = run_grid(configs, db, rules)
     assert [r.status for r in results] == ["ok"] * len(configs), [(r.config.label, r.error) for r in results]
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT DISTINCT family, model, preset FROM runs").fetchall() == [
         ("toy", "gpt2-toy", "tiny")
     ]
-    answer = recommend(conn, "toy", "loss", rules=rules)
+    answer = recommend(conn, "toy", "loss", rules)
     assert answer.recommendation is not None and answer.group.model == "gpt2-toy"

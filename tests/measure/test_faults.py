@@ -121,7 +121,7 @@ def test_diverging_and_oom_cells_are_stored_and_excluded_with_reasons(tmp_path, 
     )
     reasons = {e["optimizer"]: e["reason"] for e in answer["excluded"]}
     assert reasons["sgd"].startswith("diverged") and "loss" in reasons["sgd"]
-    assert reasons["adagrad"].startswith("oom") and "memory-cap" in reasons["adagrad"]
+    assert reasons["adagrad"].startswith("oom") and "--memory" in reasons["adagrad"]
     assert answer["recommendation"]["optimizer"] == "adam"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from advisor.store import rebuild_summaries
+from advisor.kb.store import rebuild_summaries
 
 from .processes import advisor, query, wait_until_ended
 
@@ -198,20 +198,20 @@ def test_a_live_lease_on_another_host_holds_its_cell(tmp_path, measure_tiny):
 
 
 def test_the_heartbeat_renews_leases():
-    from advisor import store
+    from advisor.kb import lease, store
 
     folder = Path(tempfile.mkdtemp())
     try:
         db = folder / "hb.sqlite"
-        conn = store.open_kb(db)
+        conn = store.open_for_writing(db)
         run = dict(GOOD_RUN, status="running", lease_until="2000-01-01T00:00:00+00:00", metrics=[], epochs=[])
         with store.transaction(conn):
             run_id = store.insert_run(conn, run)
-        with store.Heartbeat(db, interval=0.05) as beat:
+        with lease.Heartbeat(db, interval=0.05) as beat:
             beat.hold(run_id)
             time.sleep(0.3)
-        (lease,) = conn.execute("SELECT lease_until FROM runs WHERE id = ?", [run_id]).fetchone()
-        assert lease > store.now()
+        (until,) = conn.execute("SELECT lease_until FROM runs WHERE id = ?", [run_id]).fetchone()
+        assert until > store.now()
         store.release(conn)
     finally:
         shutil.rmtree(folder)

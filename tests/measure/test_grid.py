@@ -15,19 +15,21 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from advisor.rules import load_rules, rules_dir
-from advisor.schema import KBError
-from advisor.store import FINAL
+from advisor.errors import KBError
+from advisor.kb.store import FINAL
+from advisor.places import shipped_rules_dir
+from advisor.rules import load_rules
 from measure import isolation
 from measure.config import RunConfig
 from measure.grid import run_grid, run_order
 from measure.hardware import pid_alive
 from measure.progress import ForwardingReporter, Reporter, replay
-from measure.runner import grid
 
+from ..conftest import cells, grid
 from .processes import advisor, in_group, query, runs, wait_for, wait_until_ended
 
 TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
+RULES = load_rules(str(shipped_rules_dir()))
 FINISHED = ("ok", "untrained", "diverged")  # how a tiny cell may end when nothing went wrong around it
 
 
@@ -62,8 +64,8 @@ def test_the_order_is_shuffled_by_its_seed_within_each_model_and_seed():
     )
     order = run_order(configs, 7)
     assert order == run_order(configs, 7) and sorted(order) == list(range(len(configs)))
-    blocks = [(configs[i].model, configs[i].seed) for i in order]
-    assert blocks == [(c.model, c.seed) for c in configs], "the blocks keep their planned order"
+    blocks = [(configs[i].config.model, configs[i].config.seed) for i in order]
+    assert blocks == [(c.config.model, c.config.seed) for c in configs], "the blocks keep their planned order"
     assert any(run_order(configs, seed) != order for seed in range(8)), "another seed, another order"
     assert any(order[b * 3 : b * 3 + 3] != list(range(b * 3, b * 3 + 3)) for b in range(4))
 
@@ -78,17 +80,17 @@ def test_each_cell_runs_in_its_own_process_in_the_recorded_order(tmp_path):
         TINY,
     )
     reporter = Recording()
-    results = run_grid(configs, db, reporter, order_seed=11)
+    results = run_grid(configs, db, RULES, reporter, order_seed=11)
     assert results.order_seed == 11 and results.order == run_order(configs, 11)
     assert [(r.config.model, r.config.optimizer) for r in results] == [
-        (c.model, c.optimizer) for c in configs
+        (c.config.model, c.config.optimizer) for c in configs
     ]
     assert all(r.status in FINISHED and r.run_id for r in results), [(r.status, r.error) for r in results]
     stored = runs(db)
     pids = [pid_of(r["owner"]) for r in stored]
     assert len(set(pids)) == len(configs) and os.getpid() not in pids
     assert all(r["owner"].rsplit(":", 1)[0] == socket.gethostname() for r in stored)
-    planned = {(c.model, c.optimizer): i for i, c in enumerate(configs)}
+    planned = {(c.config.model, c.config.optimizer): i for i, c in enumerate(configs)}
     where = [(json.loads(r["config"])["order"], planned[r["model"], r["optimizer"]]) for r in stored]
     where.sort(key=lambda w: w[0]["position"])
     assert [w[1] for w in where] == results.order, "the runs record the order they ran in"
@@ -96,7 +98,7 @@ def test_each_cell_runs_in_its_own_process_in_the_recorded_order(tmp_path):
     # the progress of every cell reached this process's reporter, cell by cell, in the order they ran
     events = reporter.events
     assert events[0] == ("grid_start", 4)
-    ran = [configs[i].label for i in results.order]
+    ran = [configs[i].config.label for i in results.order]
     assert [e[1] for e in events if e[0] == "cell_start"] == ran
     assert [e[1] for e in events if e[0] == "cell_end"] == ran
     for label in ran:
@@ -105,7 +107,9 @@ def test_each_cell_runs_in_its_own_process_in_the_recorded_order(tmp_path):
         steps = [e for e in events[start:end] if e[0] == "step"]
         assert len(steps) == events[start][2] and all(isinstance(e[1], float) for e in steps)
 
-    again = run_grid(configs, db)  # a seed drawn; cells with a final outcome skipped, in their own process
+    again = run_grid(
+        configs, db, RULES
+    )  # a seed drawn; cells with a final outcome skipped, in their own process
     assert isinstance(again.order_seed, int)
     assert [r.status == "skipped" for r in again] == [r.status in FINAL for r in results]
 
@@ -121,8 +125,8 @@ def test_a_cell_killed_with_sigkill_is_crashed_and_the_grid_goes_on(tmp_path):
                 (owner,) = query(db, "SELECT owner FROM runs WHERE status = 'running'")[0]
                 os.kill(pid_of(owner), signal.SIGKILL)
 
-    results = run_grid(configs, db, KillTheSecond(), order_seed=3)
-    killed = configs[results.order[1]]
+    results = run_grid(configs, db, RULES, KillTheSecond(), order_seed=3)
+    killed = configs[results.order[1]].config
     by_optimizer = {r.config.optimizer: r for r in results}
     crashed = by_optimizer[killed.optimizer]
     sentence = (
@@ -134,7 +138,7 @@ def test_a_cell_killed_with_sigkill_is_crashed_and_the_grid_goes_on(tmp_path):
     assert stored[crashed.run_id]["status"] == "crashed" and stored[crashed.run_id]["error"] == sentence
     assert not [r for r in stored.values() if r["status"] == "running"]
 
-    again = {r.config.optimizer: r.status for r in run_grid(configs, db)}
+    again = {r.config.optimizer: r.status for r in run_grid(configs, db, RULES)}
     assert again.pop(killed.optimizer) in FINISHED, "the crashed cell runs again"
     assert [again[o] == "skipped" for o in again] == [by_optimizer[o].status in FINAL for o in again]
     assert query(db, "SELECT count(*) FROM runs WHERE optimizer = ?", killed.optimizer) == [(2,)]
@@ -144,8 +148,7 @@ FAULTY_FAMILY = '''
 """A throw-away family for the test: the decoder family, whose loss fails as $FAULT says, in the cell."""
 import os
 
-from advisor.schema import KBError
-from advisor.store import FINAL
+from advisor.errors import KBError
 from measure.families import register
 from measure.families.decoder import Decoder
 
@@ -172,9 +175,9 @@ def faulty(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     custom = tmp_path / "rules"
     custom.mkdir()
-    for f in rules_dir().glob("*.toml"):
+    for f in shipped_rules_dir().glob("*.toml"):
         (custom / f.name).write_text(f.read_text())
-    line = 'families.faulty = { module = "faulty_family", reference_model = "llama-faulty" }\n'
+    line = 'families.faulty = { module = "faulty_family", reference_model = "llama-faulty", inputs = ["text"] }\n'
     (custom / "families.toml").write_text(line + (custom / "families.toml").read_text())
     return load_rules(str(custom))
 
@@ -183,9 +186,11 @@ def test_a_cell_that_exits_is_crashed_with_its_code_and_a_full_kb_stops_the_grid
     tmp_path, faulty, monkeypatch
 ):
     db = tmp_path / "faulty.sqlite"
-    configs = [replace(TINY, model="llama-faulty", optimizer=o) for o in ("sgd", "adam")]
+    configs = cells(
+        *(replace(TINY, model="llama-faulty", optimizer=o) for o in ("sgd", "adam")), rules=faulty
+    )
     monkeypatch.setenv("FAULT", "exit")  # the cell's process sees the grid's environment
-    results = run_grid(configs, db, rules=faulty)
+    results = run_grid(configs, db, faulty)
     assert [r.status for r in results] == ["crashed", "crashed"]
     assert results[0].error == "the cell's process exited with code 3 before handing back its result"
     assert [(r["status"], r["error"]) for r in runs(db)] == [("crashed", results[0].error)] * 2
@@ -195,7 +200,7 @@ def test_a_cell_that_exits_is_crashed_with_its_code_and_a_full_kb_stops_the_grid
     with pytest.raises(
         KBError, match=r"^cannot write the KB: the disk is full \(a test\)\. Free some space\.$"
     ):
-        run_grid(configs, db, reporter, rules=faulty)
+        run_grid(configs, db, faulty, reporter)
     assert [e[0] for e in reporter.events] == ["grid_start"], "the grid stopped in its first cell"
     assert query(db, "SELECT status, count(*) FROM runs GROUP BY status") == [("crashed", 3)]
     assert query(db, "SELECT count(*) FROM runs WHERE status = 'running'") == [(0,)]
@@ -257,13 +262,13 @@ def test_memory_does_not_depend_on_the_order_cells_ran_in(tmp_path):
     grid). Each cell's tensor peak is its own, whatever ran before (within 2 %), and so is its RSS growth
     (within the few % it varies between processes)."""
     cell = replace(TINY, model="llama", preset="small", epochs=1, steps_per_epoch=4)
-    configs = [replace(cell, optimizer="sgd"), replace(cell, optimizer="adam")]
+    configs = cells(replace(cell, optimizer="sgd"), replace(cell, optimizer="adam"))
     seeds = {tuple(run_order(configs, s)): s for s in range(16)}
     assert set(seeds) == {(0, 1), (1, 0)}, "two order seeds that run the two orders"
     figures = {}
     for order, seed in seeds.items():
         db = tmp_path / f"order-{seed}.sqlite"
-        results = run_grid(configs, db, order_seed=seed)
+        results = run_grid(configs, db, RULES, order_seed=seed)
         assert results.order == list(order) and [r.status for r in results] == ["ok", "ok"]
         figures[order] = dict(
             query(

@@ -7,12 +7,14 @@ import pytest
 
 from measure.models import build_model
 
+from ..conftest import RULES, ref
+
 
 @pytest.mark.parametrize(
     "model,family", [("vit", "vision"), ("modernbert", "encoder"), ("llama", "decoder"), ("nanovlm", "vlm")]
 )
 def test_presets_build(model, family):
-    tiny, small = build_model(model, "tiny"), build_model(model, "small")
+    tiny, small = build_model(ref(model), "tiny", RULES), build_model(ref(model), "small", RULES)
     assert tiny.family.name == small.family.name == family
     assert 10_000 < tiny.n_params < small.n_params < 10_000_000
     assert not tiny.pretrained
@@ -22,18 +24,18 @@ def test_paper_preset_configs_are_the_papers_models():
     """The real sizes, checked on the configs (building 1B parameters here would take minutes)."""
     from measure.families import family
 
-    vit, _ = family("vision").reference_config("paper")
+    vit, _ = family("vision", RULES).reference_config("paper")
     assert (vit.hidden_size, vit.num_hidden_layers, vit.patch_size, vit.image_size) == (768, 12, 16, 224)
-    llama, shape = family("decoder").reference_config("paper")
+    llama, shape = family("decoder", RULES).reference_config("paper")
     assert (llama.hidden_size, llama.num_hidden_layers, llama.vocab_size, shape.seq_len) == (
         2048,
         16,
         128256,
         512,
     )
-    bert, _ = family("encoder").reference_config("paper")
+    bert, _ = family("encoder", RULES).reference_config("paper")
     assert (bert.hidden_size, bert.num_hidden_layers) == (768, 22)
-    vlm, shape = family("vlm").reference_config("paper")
+    vlm, shape = family("vlm", RULES).reference_config("paper")
     assert vlm.vision_config.hidden_size == 768 and vlm.text_config.hidden_size == 576
     assert vlm.scale_factor == 2 and shape.image_tokens == 49
 
@@ -151,4 +153,4 @@ def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke):
     )
     (cell,) = json.loads(result.stdout)["results"]
     assert cell["status"] == "skipped" and "predicted" in cell["error"] and "not built" in cell["error"]
-    assert "> 14.4 GB available under --memory-cap" in cell["error"]
+    assert "> 14.4 GB available under --memory" in cell["error"]

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig
 
-from advisor.fit import n_params, step_flops, tensor_peak
+from advisor.prediction.step import n_params, step_flops, tensor_peak
 from advisor.rules import load_rules
 from measure.families import family
 from measure.optimizers import OPTIMIZERS
 from measure.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
 from measure.strategies import STRATEGIES
 
+from ..conftest import RULES
 from .realstep import real_step_peaks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
@@ -21,7 +22,7 @@ FAMILIES = list(load_rules().families)
 
 
 def spec_for(name: str, preset: str, dtype: str, seq_len: int = 32) -> Spec:
-    fam = family(name)
+    fam = family(name, RULES)
     config, _ = fam.reference_config(preset)
     sizes = fam.fit_sizes(config)
     return Spec(config, fam, seq_len if sizes["seq_len"] else None, sizes["image_size"], dtype, device="cuda")
@@ -95,11 +96,11 @@ def test_published_configs_give_published_parameter_counts(folder, name, expecte
     from measure.prediction import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / folder)
-    assert parameter_count(Spec(config, family(name), 8, None, "bf16")) == expected
+    assert parameter_count(Spec(config, family(name, RULES), 8, None, "bf16")) == expected
 
 
 def test_memory_grows_with_batch_and_sequence_and_checkpointing_saves_activations():
-    fam = family("decoder")
+    fam = family("decoder", RULES)
     config, _ = fam.reference_config("small")
     short, long = (predict(Spec(config, fam, s, None, "fp32"), ["adam"]) for s in (64, 128))
     peak = {
@@ -117,7 +118,7 @@ def test_memory_grows_with_batch_and_sequence_and_checkpointing_saves_activation
 
 
 def test_depth_knobs_find_every_stack():
-    vlm, _ = family("vlm").reference_config("small")
+    vlm, _ = family("vlm", RULES).reference_config("small")
     assert depth_knobs(vlm) == {"text_config.num_hidden_layers": 4, "vision_config.num_hidden_layers": 3}
     shallow = at_depth(vlm, {"text_config.num_hidden_layers": 1, "vision_config.num_hidden_layers": 2})
     assert shallow.text_config.num_hidden_layers == 1 and vlm.text_config.num_hidden_layers == 4

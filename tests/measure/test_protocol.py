@@ -5,17 +5,17 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.rules import load_rules
 from measure.config import RunConfig
 from measure.protocol import TargetClock, Untrained, check_trained, contended
 from measure.runner import train_cell
 
-RULES = load_rules()
+from ..conftest import RULES, one_cell, ref
+
 TINY = RunConfig(preset="tiny", epochs=2, steps_per_epoch=3, device="cpu")
 
 
 def run(**over):
-    outcome = train_cell(replace(TINY, **over).resolved())
+    outcome = train_cell(one_cell(replace(TINY, **over).resolved()), RULES)
     assert outcome.status == "ok", outcome.error
     return outcome
 
@@ -38,7 +38,7 @@ def test_the_held_out_set_is_the_same_for_every_seed_and_never_trained_on():
     from measure.families import family
     from measure.models import reference_shape
 
-    fam, shape = reference_shape("llama", "tiny")
+    fam, shape = reference_shape(ref("llama"), "tiny", RULES)
     a, _ = load_heldout(fam, shape, 8)
     b, _ = load_heldout(fam, shape, 8)
     assert [list(x) for x in a["ids"]] == [list(x) for x in b["ids"]]
@@ -46,7 +46,7 @@ def test_the_held_out_set_is_the_same_for_every_seed_and_never_trained_on():
     from measure.data import EVAL_SEED
 
     held_plots = _generated(8, EVAL_SEED)["plot"]
-    assert family("decoder") is fam and not train_plots >= set(held_plots)
+    assert family("decoder", RULES) is fam and not train_plots >= set(held_plots)
     validation, source = load_heldout(fam, shape, 8, "validation")
     assert "(validation)" in source and "(test)" in load_heldout(fam, shape, 8)[1]
     assert [list(x) for x in validation["ids"]] != [list(x) for x in a["ids"]]
@@ -112,7 +112,7 @@ def test_bf16_mixed_trains_on_the_cpu():
 
 
 def test_a_run_that_does_not_learn_did_not_train():
-    outcome = train_cell(replace(TINY, model="vit", optimizer="sgd", lr=1e-9).resolved())
+    outcome = train_cell(one_cell(replace(TINY, model="vit", optimizer="sgd", lr=1e-9).resolved()), RULES)
     assert outcome.status == "untrained"
     assert "did not train" in outcome.error and "held-out loss" in outcome.error
     assert "eval_loss" in outcome.figures  # its figures are kept: it is an outcome, not a crash
@@ -134,7 +134,7 @@ def test_the_target_is_checked_between_epochs_every_few_updates():
     rules = copy.deepcopy(RULES)
     rules.protocol["target_checks"] = {"every": 1}
     outcome = train_cell(
-        replace(TINY, model="vit", optimizer="adam", target_loss=10.0).resolved(), rules=rules
+        one_cell(replace(TINY, model="vit", optimizer="adam", target_loss=10.0).resolved()), rules
     )
     assert outcome.status == "ok" and outcome.figures["steps_to_target"] == 1
     assert 0 < outcome.figures["time_to_target"]

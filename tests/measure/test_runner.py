@@ -6,15 +6,17 @@ from dataclasses import replace
 
 import pytest
 
+from advisor.kb.store import rebuild_summaries
+from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
-from advisor.store import rebuild_summaries
 from measure.config import RunConfig
 from measure.grid import run_grid
-from measure.runner import grid
 from measure.strategies import STRATEGIES
 
+from ..conftest import cells, grid
+
 TINY = RunConfig(preset="tiny", epochs=1, steps_per_epoch=4)
-RULES = load_rules()
+RULES = load_rules(str(shipped_rules_dir()))
 REFERENCE_MODELS = list(RULES.reference_models())
 
 
@@ -29,7 +31,7 @@ def rows(db, sql, *params):
 def test_every_family_trains_every_optimizer_and_strategy(tmp_path, model):
     db = tmp_path / "measured.sqlite"
     configs = grid([model], {model: list(RULES.optimizers)}, {model: list(STRATEGIES)}, [0], TINY)
-    results = run_grid(configs, db)
+    results = run_grid(configs, db, RULES)
     # at tiny's 4 updates a slow optimizer (SGD, Adadelta at their default rates) may not move the held-out
     # loss: "did not train" is then the honest outcome, never a failure
     statuses = {r.config.label: r.status for r in results}
@@ -59,11 +61,11 @@ def test_divergence_failure_and_oom_do_not_stop_the_grid(tmp_path):
         replace(TINY, model="llama", optimizer="adam", memory_cap_gb=0.01),  # over the cap at once
         replace(TINY, model="llama", optimizer="adam"),
     ]
-    results = run_grid(configs, db)
+    results = run_grid(cells(*configs), db, RULES)
     assert [r.status for r in results] == ["diverged", "failed", "oom", "ok"]
     assert "loss" in results[0].error
     assert "ValueError" in results[1].error and "line_search" in results[1].error
-    assert "memory-cap" in results[2].error and "peak" in results[2].error
+    assert "--memory" in results[2].error and "peak" in results[2].error
     ran = rows(db, "SELECT status, error, json_extract(config, '$.order.position') AS position FROM runs")
     by_position = {r["position"]: r for r in ran}  # cells run in a shuffled order: back to the planned one
     stored = [by_position[p] for p in sorted(by_position, key=lambda p: results.order[p])]
@@ -74,7 +76,7 @@ def test_divergence_failure_and_oom_do_not_stop_the_grid(tmp_path):
 def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
     db = tmp_path / "measured.sqlite"
     configs = grid(["vit"], {"vit": ["adamw", "adam"]}, {"vit": ["standard"]}, [0], TINY)
-    assert [r.status for r in run_grid(configs, db)] == ["ok", "ok"]
+    assert [r.status for r in run_grid(configs, db, RULES)] == ["ok", "ok"]
     conn = sqlite3.connect(db)
     conn.execute("UPDATE runs SET status = 'running', owner = 'nohost-x:1' WHERE optimizer = 'adam'")
     conn.execute(
@@ -82,7 +84,7 @@ def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
     )
     conn.commit()
     rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps
-    again = run_grid(configs, db)
+    again = run_grid(configs, db, RULES)
     assert [r.status for r in again] == ["skipped", "ok"]
     stored = rows(db, "SELECT optimizer, status, error FROM runs ORDER BY optimizer = 'adam', id")
     assert [(r["optimizer"], r["status"]) for r in stored] == [
@@ -97,7 +99,7 @@ def test_nothing_leaks_from_a_large_cell_into_a_small_one(tmp_path):
     db = tmp_path / "measured.sqlite"
     large = replace(TINY, model="vit", preset="small", batch_size=384, steps_per_epoch=1, optimizer="adam")
     small = replace(TINY, model="llama", batch_size=2, steps_per_epoch=2, optimizer="sgd")
-    results = run_grid([large, small], db)
+    results = run_grid(cells(large, small), db, RULES)
     assert [r.status for r in results] == ["ok", "ok"]
     peak_large, peak_small = (r.peak_memory_gb for r in results)
     assert peak_small < peak_large - 0.2, (peak_large, peak_small)
@@ -146,8 +148,8 @@ def test_final_outcomes_are_skipped_and_failures_retried(tmp_path):
         replace(TINY, model="llama", optimizer="sgd", lr=1e6),  # diverges: a re-run would too
         replace(TINY, model="llama", optimizer="cgd", cgd_line_search="bogus"),  # fails: worth another try
     ]
-    assert [r.status for r in run_grid(configs, db)] == ["diverged", "failed"]
-    again = run_grid(configs, db)
+    assert [r.status for r in run_grid(cells(*configs), db, RULES)] == ["diverged", "failed"]
+    again = run_grid(cells(*configs), db, RULES)
     assert [r.status for r in again] == ["skipped", "failed"]
     assert again[0].error == "already diverged in this KB for this hardware"
 
@@ -159,7 +161,7 @@ def test_epoch_time_is_the_post_warm_up_rate_over_the_whole_epoch(tmp_path):
     assert epoch_wall(5.0, steps=6, warm_steps=0) == 5.0
     assert epoch_wall(0.001, steps=1, warm_steps=1) is None  # nothing timed: NULL, not ~0
     db = tmp_path / "measured.sqlite"
-    (result,) = run_grid([replace(TINY, model="vit", optimizer="sgd", steps_per_epoch=1)], db)
+    (result,) = run_grid(cells(replace(TINY, model="vit", optimizer="sgd", steps_per_epoch=1)), db, RULES)
     assert result.status == "ok" and result.epoch_time is None
     assert rows(db, "SELECT wall_s FROM epochs") == [{"wall_s": None}]
 

@@ -9,18 +9,18 @@ from measure.config import RunConfig
 from measure.runner import plan_grid
 from measure.shard import Shard, ShardError, from_slurm, parse
 
-from ..conftest import TINY_VIT
+from ..conftest import RULES, TINY_VIT, ref
 from .processes import runs
 
 
 def test_shards_cover_the_grid_exactly_once_and_evenly():
-    configs = plan_grid(["vit", "llama"], seeds=3, base=RunConfig(preset="tiny"))
+    configs = plan_grid([ref("vit"), ref("llama")], RULES, seeds=3, base=RunConfig(preset="tiny"))
     for n in (1, 2, 5, 7, len(configs) + 3):
         parts = [Shard(k, n).take(configs) for k in range(1, n + 1)]
         taken = [c for part in parts for c in part]
         assert sorted(map(repr, taken)) == sorted(map(repr, configs))
         assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    again = plan_grid(["vit", "llama"], seeds=3, base=RunConfig(preset="tiny"))
+    again = plan_grid([ref("vit"), ref("llama")], RULES, seeds=3, base=RunConfig(preset="tiny"))
     assert Shard(2, 5).take(again) == Shard(2, 5).take(configs), "the split depends only on the cells"
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("accelerate")
 from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
 from measure.models import build_model  # noqa: E402
 
+from ..conftest import RULES, ref  # noqa: E402
 from .processes import runs  # noqa: E402
 
 
@@ -64,10 +65,12 @@ def train(model, data, db, tmp_path, **args):
 
 def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
     db = tmp_path / "mine.sqlite"
-    llama = build_model("llama", "tiny").model
+    llama = build_model(ref("llama"), "tiny", RULES).model
     train(llama, Texts(), db, tmp_path, optim="adamw_torch")
-    train(build_model("llama", "tiny").model, Texts(), db, tmp_path, optim="sgd", learning_rate=0.1)
-    vit = build_model("vit", "tiny")
+    train(
+        build_model(ref("llama"), "tiny", RULES).model, Texts(), db, tmp_path, optim="sgd", learning_rate=0.1
+    )
+    vit = build_model(ref("vit"), "tiny", RULES)
     size = vit.model.config.image_size
     train(vit.model, Images(size=size), db, tmp_path, gradient_accumulation_steps=2)
     stored = runs(db)
@@ -123,7 +126,7 @@ def test_a_run_that_raises_is_recorded_crashed(tmp_path):
         max_steps=3,
     )
     trainer = transformers.Trainer(
-        model=build_model("llama", "tiny").model,
+        model=build_model(ref("llama"), "tiny", RULES).model,
         args=targs,
         train_dataset=Texts(),
         callbacks=[callback, Boom()],

@@ -7,6 +7,8 @@ import torch
 
 from measure import strategies
 
+from ..conftest import RULES, ref
+
 
 def run_validate(invoke, db, *args):
     return invoke("validate", *args, "--db", db, "--json")
@@ -75,7 +77,7 @@ def test_validation_is_recorded_and_shown_in_answers(invoke, tmp_path, measure_t
 def test_dropout_on_checkpointing_matches_given_the_seed():
     from measure.validate import check_checkpointing
 
-    check = check_checkpointing("vit", "tiny", dropout=0.1)
+    check = check_checkpointing(ref("vit"), "tiny", RULES, dropout=0.1)
     assert check.passed, check.detail
     assert torch.are_deterministic_algorithms_enabled() is False  # the check does not rely on global flags
 

@@ -1,0 +1,557 @@
+"""The recommendation: pick one evidence group, filter its configurations, rank them, explain the result."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field, replace
+
+from advisor.answers.evidence import GroupEvidence, Selector, Stat, select_group
+from advisor.answers.frontier import frontier_points
+from advisor.answers.pareto import FrontierPoint
+from advisor.answers.stats import holm, relative_difference
+from advisor.errors import RulesError
+from advisor.kb.reader import Cell, Group, group_settings, validation
+from advisor.rules import Metric, Rules
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_memory: float | None = None  # GB of accelerator memory (never compared with host RAM)
+    max_time: float | None = None  # s/epoch, in the time metric's unit
+    optimizers: tuple[str, ...] = ()
+    exclude_optimizers: tuple[str, ...] = ()
+    strategies: tuple[str, ...] = ()
+    fit: object | None = (
+        None  # an advisor.prediction.fit.FitAnswer: the user's model on the user's accelerator
+    )
+
+
+@dataclass
+class Entry:
+    """A configuration as an answer shows it."""
+
+    optimizer: str
+    strategy: str
+    metric: str
+    value: float | None
+    unit: str
+    source: str
+    seeds: int = 0
+    spread: float | None = None
+    tied: bool = False
+    reason: str | None = None
+    stated: str | None = (
+        None  # the figure as its source states it, when converted ('18.64 percent of 256 GB')
+    )
+    ci95: tuple[float, float] | None = None  # 95 % interval of the mean over seeds
+    predicted: bool = False  # the value is advisor fit's prediction, not a measurement
+    # The test against the pick (the pick's: against its runner-up): kind, n, p, p_holm, difference, ...
+    test: dict | None = None
+    seeds_ok: int = 0  # seeds (runs, where a source has none) with an ok run: what the mean is over
+    seeds_total: int = 0  # those, and the seeds that finished without one
+    failed: list[dict] = field(default_factory=list)  # {seed, status, error} of each failed seed
+    flag: str | None = None  # '2 of 3 seeds ok; seed 1 diverged' when a seed failed
+
+    def as_dict(self) -> dict:
+        d = dict(
+            optimizer=self.optimizer,
+            strategy=self.strategy,
+            metric=self.metric,
+            value=self.value,
+            unit=self.unit,
+            source=self.source,
+            seeds=self.seeds,
+            spread=self.spread,
+            tied=self.tied,
+            stated=self.stated,
+            ci95=list(self.ci95) if self.ci95 else None,
+            predicted=self.predicted,
+            test=self.test,
+            seeds_ok=self.seeds_ok,
+            seeds_total=self.seeds_total,
+            failed=self.failed,
+            flag=self.flag,
+        )
+        if self.reason is not None:
+            d["reason"] = self.reason
+        return d
+
+
+@dataclass
+class Answer:
+    family: str
+    metric: Metric
+    group: Group | None
+    measure: str | None
+    recommendation: Entry | None = None
+    alternatives: list[Entry] = field(default_factory=list)
+    excluded: list[Entry] = field(default_factory=list)
+    holes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    frontier: list[FrontierPoint] = field(default_factory=list)
+    frontier_axes: tuple[str, str] = ("time", "loss")
+    why_none: str | None = None
+    other_groups: list[Group] = field(default_factory=list)
+    disagreements: list[dict] = field(default_factory=list)  # other groups' differing picks (compare_groups)
+    validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
+    tie_break: str | None = None  # what picked the pick among configurations of practically equal means
+    tied_with: list[Entry] = field(default_factory=list)  # every configuration tied with the pick
+    mixed_protocols: dict[str, list[str]] = field(default_factory=dict)  # settings -> configurations, if > 1
+    notes: list[str] = field(default_factory=list)  # what the answer did not do with the question, and why
+    model: dict | None = None  # the user's model: name, parameters, accelerator, the evidence model's size
+    safe_alternative: Entry | None = None  # when a seed of the pick failed: the best with every seed ok
+
+    def as_dict(self, rules: Rules) -> dict:
+        measure = rules.measures.get(self.measure) if self.measure else None
+        return {
+            "family": self.family,
+            "metric": {
+                "name": self.metric.name,
+                "direction": self.metric.direction,
+                "unit": self.metric.unit,
+                "measure": self.measure,
+                "measure_label": measure.label if measure else None,
+                "measure_note": measure.note if measure else None,
+            },
+            "evidence": self.group.as_dict() if self.group else None,
+            "recommendation": self.recommendation.as_dict() if self.recommendation else None,
+            "safe_alternative": self.safe_alternative.as_dict() if self.safe_alternative else None,
+            "alternatives": [e.as_dict() for e in self.alternatives],
+            "excluded": [e.as_dict() for e in self.excluded],
+            "holes": self.holes,
+            "caveats": self.caveats,
+            "frontier": {
+                "x": self.frontier_axes[0],
+                "y": self.frontier_axes[1],
+                "points": [p.as_dict() for p in self.frontier],
+            },
+            "why_none": self.why_none,
+            "validation": self.validation,
+            "tie_break": self.tie_break,
+            "tied_with": [e.as_dict() for e in self.tied_with],
+            "mixed_protocols": self.mixed_protocols,
+            "notes": self.notes,
+            "model": self.model,
+            "other_evidence": [g.as_dict() | {"select": selector_flags(g)} for g in self.other_groups],
+            "disagreements": self.disagreements,
+        }
+
+
+def recommend(
+    conn: sqlite3.Connection,
+    family: str,
+    metric: str,
+    rules: Rules,
+    constraints: Constraints = Constraints(),
+    source: str | None = None,
+    model: str | None = None,
+    evidence: dict[Group, GroupEvidence] | None = None,
+    selector: Selector | None = None,
+    compare_groups: bool = False,
+) -> Answer:
+    """Rank the configurations of the best evidence group for one metric, under the constraints.
+
+    `evidence` caches each group's aggregates when one caller asks several questions (the flowchart);
+    `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`)."""
+    group, others = select_group(conn, rules, family, source, model, selector)
+    if constraints.fit is not None and metric == "memory":  # ranked by prediction: a group of its own
+        ev = GroupEvidence(conn, group, rules)
+        ev.use_prediction(
+            "memory", "predicted_gb", {(r.optimizer, r.strategy): r.total for r in constraints.fit.rows}
+        )
+    else:
+        cache = {} if evidence is None else evidence
+        ev = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
+    answer = rank_group(ev, rules.metric(metric), constraints, others)
+    if constraints.fit is not None:
+        answer.model = model_summary(constraints.fit, group)
+        answer.notes += constraints.fit.beyond
+    answer.validation = validation(conn, group.hardware)
+    protocols = group_settings(conn, group)
+    answer.mixed_protocols = protocols if len(protocols) > 1 else {}
+    if compare_groups and answer.recommendation is not None:
+        answer.disagreements = disagreements(conn, rules, others, rules.metric(metric), constraints, answer)
+    return answer
+
+
+COMPARED_GROUPS = 5  # other evidence groups an answer ranks to show where they disagree
+
+
+def disagreements(
+    conn: sqlite3.Connection,
+    rules: Rules,
+    others: list[Group],
+    metric: Metric,
+    c: Constraints,
+    answer: Answer,
+) -> list[dict]:
+    """The other evidence groups whose pick for the same question differs from the answer's: shown side by
+    side, never mixed in (their numbers are of other hardware, scale or source). Only the best-ranked
+    COMPARED_GROUPS are asked: an answer stays fast beside a KB of many groups."""
+    mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
+    out = []
+    for group in others[:COMPARED_GROUPS]:
+        theirs = rank_group(GroupEvidence(conn, group, rules), metric, replace(c, fit=None)).recommendation
+        if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
+            out.append(
+                {"evidence": group.as_dict(), "select": selector_flags(group), "pick": theirs.as_dict()}
+            )
+    return out
+
+
+def selector_flags(group: Group) -> str:
+    """The flags that make `advisor recommend` answer from this group."""
+    return f"--source {group.source} --group {group.id}"
+
+
+def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:
+    rules = ev.rules
+    ranking_alpha(rules)  # a bad rules file is said before anything is ranked
+    answer = Answer(
+        family=ev.group.family,
+        metric=metric,
+        group=ev.group,
+        measure=ev.measure(metric.name),
+        other_groups=list(others),
+    )
+    candidates: list[tuple[Cell, Stat]] = []
+    passed: list[Cell] = []  # every configuration no filter or constraint excluded
+    unusable = ev.unusable()
+    memory_checked = _memory_check(ev, constraints, answer)
+    for key, cell in sorted(ev.cells.items()):
+        stat = ev.stat(cell, metric.name)
+        reason = unusable.get(key) or _exclusion(ev, cell, constraints, memory_checked)
+        if reason:
+            answer.excluded.append(_entry(ev, cell, metric, stat, reason=reason))
+            continue
+        passed.append(cell)
+        if stat is None:
+            answer.holes.append(f"no {metric.name} figure for {cell.name}")
+        else:
+            candidates.append((cell, stat))
+    answer.holes += [f"no run of {o} + {s}" for o, s in ev.grid_gaps()]
+    ranked = _rank(ev, metric, candidates)
+    if ranked:
+        _rank_answer(ev, metric, ranked, answer)
+    else:
+        answer.why_none = _why_none(ev, metric, answer)
+    x = "time" if metric.name == "loss" else metric.name
+    answer.frontier_axes = (x, "loss")
+    answer.frontier = frontier_points(ev, passed, x, "loss")
+    pick = answer.recommendation
+    contended = bool(pick) and ev.contended((pick.optimizer, pick.strategy))
+    answer.caveats = matching_caveats(rules, ev.group, metric.name, pick, contended)
+    return answer
+
+
+def _rank_answer(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]], answer: Answer) -> None:
+    """The pick, its runners-up and ties: every other candidate tested against the pick, Holm-adjusted."""
+    best_cell, best_stat = ranked[0]
+    tests = _tests_against_best(ev, metric, ranked)
+    entries = [
+        _entry(ev, c, metric, s, tied=tied, test=t)
+        for (c, s), (t, tied) in zip(ranked[1:], tests, strict=True)
+    ]
+    answer.alternatives = entries[: ev.rules.flowchart["ranking"]["alternatives"]]
+    answer.tied_with = [e for e in entries if e.tied]
+    pick_test = _pick_test(ev, metric, ranked, tests[0][0]) if tests else None
+    answer.recommendation = _entry(
+        ev, best_cell, metric, best_stat, tied=bool(answer.tied_with), test=pick_test
+    )
+    equal = [best_cell] + [
+        c for (c, _), (t, _) in zip(ranked[1:], tests, strict=True) if t["within_tolerance"]
+    ]
+    if len(equal) > 1:
+        answer.tie_break = decided_by(ev, metric, best_cell, equal[1], equal)
+    if answer.recommendation.flag:
+        answer.safe_alternative = next((e for e in entries if e.flag is None), None)
+
+
+def ranking_alpha(rules: Rules) -> float:
+    """The significance level below which a Holm-adjusted p separates two configurations."""
+    alpha = rules.flowchart["ranking"].get("alpha")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise RulesError(
+            f"rules/flowchart.toml: [ranking] alpha must be a number between 0 and 1 (e.g. 0.05), not {alpha!r}."
+        )
+    return float(alpha)
+
+
+def _tests_against_best(
+    ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]]
+) -> list[tuple[dict, bool]]:
+    """(test, tied) for each of ranked[1:] against ranked[0]. Tied: not significantly different at alpha
+    after Holm's correction over the comparisons made; with one run per configuration (or predictions),
+    within the tie tolerance; with seeds but too few for a test (a pick with one ok seed of three), tied:
+    nothing shows them apart. Means within the tie tolerance are tied whatever the test says: the
+    tie-break rules decide those."""
+    alpha = ranking_alpha(ev.rules)
+    best_cell, best_stat = ranked[0]
+    comparisons = [ev.compare(metric.name, c.key, best_cell.key) for c, _ in ranked[1:]]
+    tested = [i for i, cmp in enumerate(comparisons) if cmp is not None]
+    adjusted = dict(zip(tested, holm([comparisons[i].test.p for i in tested]), strict=True))
+    out = []
+    for i, ((cell, stat), cmp) in enumerate(zip(ranked[1:], comparisons, strict=True)):
+        equal = _equal(ev.rules, best_stat, stat)
+        test = _test_dict(cmp, adjusted.get(i), stat, best_stat, best_cell.name, equal)
+        test["decided_by"] = _tie_break_test(ev, metric, best_cell, cell, alpha) if equal else None
+        tied = (equal and test["decided_by"] is None) or (cmp is not None and adjusted[i] >= alpha)
+        tied = tied or (cmp is None and _untestable(stat, best_stat))
+        out.append((test, tied))
+    return out
+
+
+def _tie_break_test(ev: GroupEvidence, metric: Metric, best: Cell, cell: Cell, alpha: float) -> dict | None:
+    """Where two configurations are practically equal on the metric (checkpointing's loss is standard's,
+    by construction), the first tie-break metric on which the pick is significantly better, with its test:
+    then the answer is decided, not tied. None when no tie-break metric separates them."""
+    for name in ev.rules.flowchart["ranking"]["tie_break_metrics"]:
+        if name == metric.name or ev.value(best, name) is None or ev.value(cell, name) is None:
+            continue
+        cmp = ev.compare(name, best.key, cell.key)
+        if cmp is None or cmp.test.p >= alpha:
+            return None  # the next metric in line cannot separate them: tied
+        sign = 1.0 if ev.rules.metric(name).direction == "min" else -1.0
+        return {"metric": name, **cmp.as_dict()} if sign * cmp.test.difference < 0 else None
+    return None
+
+
+def _pick_test(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]], runner_up: dict) -> dict:
+    """The pick against its runner-up (the same test, from the pick's side), with the runner-up's Holm p."""
+    (best_cell, best_stat), (cell, stat) = ranked[0], ranked[1]
+    cmp = ev.compare(metric.name, best_cell.key, cell.key)
+    out = _test_dict(cmp, runner_up["p_holm"], best_stat, stat, cell.name, runner_up["within_tolerance"])
+    out["decided_by"] = runner_up.get("decided_by")
+    return out
+
+
+def _test_dict(cmp, p_holm, stat: Stat, versus: Stat, versus_name: str, equal: bool) -> dict:
+    """A comparison as --json gives it; without a test, the difference of the means and why no test."""
+    if cmp is not None:
+        out = cmp.as_dict()
+    else:
+        diff = stat.mean - versus.mean
+        keys = ("kind", "n", "statistic", "dof", "p", "difference", "relative", "effect_size", "effect_name")
+        out = dict.fromkeys(keys) | dict(difference=diff, relative=relative_difference(diff, versus.mean))
+    out |= dict(p_holm=p_holm, versus=versus_name, within_tolerance=equal, note=None)
+    if cmp is None:
+        out["note"] = _no_test(stat, versus)
+    return out
+
+
+def _untestable(a: Stat, b: Stat) -> bool:
+    """Repeated-seed evidence that still allows no test: neither a prediction nor one run each."""
+    return not (a.predicted or b.predicted) and not (a.n == 1 and b.n == 1)
+
+
+def _no_test(a: Stat, b: Stat) -> str:
+    if a.predicted or b.predicted:
+        return "no test: predicted values"
+    if a.n == 1 and b.n == 1:
+        return "no test: one run per configuration"
+    return "no test: fewer than 2 runs on one side, and fewer than 2 seeds in common"
+
+
+def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bool) -> str | None:
+    """Why the user's constraints, or the prediction for their model, exclude a usable configuration."""
+    if c.optimizers and cell.optimizer not in c.optimizers:
+        return f"not in --optimizer {', '.join(c.optimizers)}"
+    if cell.optimizer in c.exclude_optimizers:
+        return "not in the optimizers left by --exclude-optimizer"
+    if c.strategies and cell.strategy not in c.strategies:
+        return f"not in --strategy {', '.join(c.strategies)}"
+    if c.fit is not None:
+        row = next(
+            (r for r in c.fit.rows if (r.optimizer, r.strategy) == (cell.optimizer, cell.strategy)), None
+        )
+        if row is not None and not row.fits:
+            q = c.fit.question
+            where = q.accelerator.name if q.accelerator else "the --memory budget"
+            return f"predicted {row.total:.1f} GB > {q.budget_gb:.1f} GB on {where} (advisor fit)"
+        if row is not None and c.max_memory is not None and row.total > c.max_memory:
+            return f"predicted {row.total:.1f} GB exceeds --memory {c.max_memory:g} GB (advisor fit)"
+    limits = [("time", c.max_time, "--max-time")] + (
+        [("memory", c.max_memory, "--memory")] if memory_checked else []
+    )
+    for metric_name, limit, flag in limits:
+        if limit is None:
+            continue
+        value, unit = ev.value(cell, metric_name), ev.rules.metric(metric_name).unit
+        if value is None:
+            return f"no {metric_name} figure to check {flag} {limit:g} {unit} against"
+        if value > limit:
+            return f"exceeds {flag} {limit:g} {unit}"
+    return None
+
+
+def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
+    """Whether --memory is checked against the evidence's own figures: only figures of accelerator
+    memory (never host RAM). With a prediction, the prediction is what is checked."""
+    if c.max_memory is None or c.fit is not None:
+        return False
+    measure = ev.measure("memory")
+    if measure is not None and ev.rules.measures[measure].accelerator:
+        return True
+    stated = ev.rules.measures[measure].label if measure else "no memory figure"
+    answer.notes.append(
+        f"--memory {c.max_memory:g} GB means accelerator memory, and this evidence states only {stated}: "
+        "not applied. Pass --model with --gpu (or --memory) to check what fits by prediction."
+    )
+    return False
+
+
+def model_summary(fit, group: Group) -> dict:
+    """The user's model as the answer names it, and a warning when the evidence's model is far from its size."""
+    q = fit.question
+    out = {
+        "name": q.model.name,
+        "parameters": fit.n_params,
+        "accelerator": q.accelerator.name if q.accelerator else None,
+        "memory_gb": round(q.budget_gb, 3),
+        "dtype": q.dtype,
+        "batch_size": q.batch_size,
+        "seq_len": q.seq_len,
+        "evidence_parameters": group.n_params,
+        "warning": None,
+    }
+    if group.n_params:
+        ratio = fit.n_params / group.n_params
+        if ratio >= 10 or ratio <= 0.1:
+            size = "larger" if ratio > 1 else "smaller"
+            out["warning"] = (
+                f"your model ({fit.n_params / 1e9:.3g} B parameters) is {max(ratio, 1 / ratio):.0f}x {size} than "
+                f"the evidence's {group.model} ({group.n_params / 1e9:.3g} B): rankings measured at one scale need "
+                "not hold at the other. Fit and memory are predicted for your model; the ranking is not."
+            )
+    return out
+
+
+def _equal(rules: Rules, a: Stat, b: Stat) -> bool:
+    """Practically equal means: within the rules' relative tie tolerance."""
+    tol = rules.flowchart["ranking"]["tie_tolerance"]
+    return abs(a.mean - b.mean) <= tol * max(abs(a.mean), abs(b.mean))
+
+
+def _rank(ev: GroupEvidence, metric: Metric, candidates: list[tuple[Cell, Stat]]) -> list[tuple[Cell, Stat]]:
+    """Best mean first. Only configurations whose means are practically equal to the best are reordered by
+    the tie-break rules: overlapping intervals make a tie to report, not a reason to prefer a worse mean."""
+    sign = 1.0 if metric.direction == "min" else -1.0
+    ordered = sorted(candidates, key=lambda cs: (sign * cs[1].mean, cs[0].optimizer, cs[0].strategy))
+    if not ordered:
+        return []
+    best = ordered[0][1]
+    equal = [cs for cs in ordered if _equal(ev.rules, best, cs[1])]
+    rest = [cs for cs in ordered if cs not in equal]
+    cells = [c for c, _ in equal]
+    return sorted(equal, key=lambda cs: [v for _, v in _tie_break_key(ev, metric, cells, cs[0])]) + rest
+
+
+def _tie_break_key(
+    ev: GroupEvidence, metric: Metric, tied: list[Cell], cell: Cell
+) -> list[tuple[str, float]]:
+    """(what, value) pairs, compared in order: the other metrics every tied cell has, then preferences."""
+    ranking = ev.rules.flowchart["ranking"]
+    key = []
+    for name in ranking["tie_break_metrics"]:
+        if name == metric.name:
+            continue
+        values = [ev.value(c, name) for c in tied]
+        if all(v is not None for v in values):  # a metric breaks a tie only if every tied cell has it
+            sign = 1.0 if ev.rules.metric(name).direction == "min" else -1.0
+            key.append((name, sign * ev.value(cell, name)))
+    key.append(("the preferred optimizer order", _index(ranking["prefer_optimizers"], cell.optimizer)))
+    key.append(("the preferred strategy order", _index(ranking["prefer_strategies"], cell.strategy)))
+    return key
+
+
+def decided_by(ev: GroupEvidence, metric: Metric, first: Cell, second: Cell, tied: list[Cell]) -> str:
+    """Which tie-break put `first` ahead of `second` (both tied with the best)."""
+    for (name, a), (_, b) in zip(
+        _tie_break_key(ev, metric, tied, first), _tie_break_key(ev, metric, tied, second), strict=True
+    ):
+        if a != b:
+            return name
+    return "name order"
+
+
+def _index(order: list[str], item: str) -> int:
+    return order.index(item) if item in order else len(order)
+
+
+def _entry(
+    ev: GroupEvidence, cell: Cell, metric: Metric, stat: Stat | None, tied=False, reason=None, test=None
+) -> Entry:
+    return Entry(
+        optimizer=cell.optimizer,
+        strategy=cell.strategy,
+        metric=metric.name,
+        value=stat.mean if stat else None,
+        unit=metric.unit,
+        source=ev.group.source,
+        seeds=stat.n if stat else cell.n_ok,
+        spread=stat.spread if stat else None,
+        tied=tied,
+        reason=reason,
+        stated=stat.stated if stat else None,
+        ci95=stat.ci if stat else None,
+        predicted=stat.predicted if stat else False,
+        test=test,
+        seeds_ok=cell.n_ok,
+        seeds_total=cell.seeds_total,
+        failed=[f.as_dict() for f in cell.failed],
+        flag=_flag(cell, metric, stat),
+    )
+
+
+def _flag(cell: Cell, metric: Metric, stat: Stat | None) -> str | None:
+    """The cell's failed seeds, and ok seeds without a figure for the metric (e.g. a run that never reached
+    the target loss has no time to target): a mean over the rest would flatter the configuration."""
+    flags = [cell.flag] if cell.flag else []
+    if stat and not stat.predicted and stat.n < cell.n_ok:
+        flags.append(f"{metric.name} on {stat.n} of {cell.n_ok} ok seeds (the others have no figure)")
+    return "; ".join(flags) or None
+
+
+def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
+    if answer.measure is None:
+        return (
+            f"the evidence group ({ev.group.label}) has no {metric.name} figure at all; "
+            "try another --source or --optimize."
+        )
+    counts: dict[str, int] = {}
+    for e in answer.excluded:
+        reason = e.reason or ""
+        kind = reason.split(" (")[0].split(":")[0] if not reason.startswith("not in") else reason
+        if reason.startswith("predicted"):
+            kind = "predicted not to fit your model on your accelerator (advisor fit)"
+        counts[kind] = counts.get(kind, 0) + 1
+    parts = [f"{n} {'configuration' if n == 1 else 'configurations'}: {k}" for k, n in counts.items()]
+    no_fig = sum(h.startswith("no ") and "figure" in h for h in answer.holes)
+    if no_fig:
+        parts.append(f"{no_fig} without a {metric.name} figure")
+    return "nothing qualifies: " + "; ".join(parts) + "."
+
+
+def matching_caveats(
+    rules: Rules, group: Group, metric: str, pick: Entry | None, contended: bool = False
+) -> list[str]:
+    """The caveats of rules/caveats.toml whose every `when` key matches this answer."""
+    context = {
+        "contended": contended,
+        "source": group.kind,
+        "family": group.family,
+        "metric": metric,
+        "preset": group.preset,
+        "optimizer": pick.optimizer if pick else None,
+        "strategy": pick.strategy if pick else None,
+        "flagged": bool(pick and pick.flag),
+    }
+    out = []
+    for caveat in rules.caveats:
+        when = caveat.get("when", {})
+        if all(context.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+            out.append(caveat["text"])
+    return out
+
+
+__all__ = ["Answer", "Constraints", "Entry", "recommend"]

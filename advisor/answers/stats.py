@@ -1,0 +1,117 @@
+"""Two-sample tests for comparing configurations: paired by seed, Welch's when unpaired, Holm's correction
+when one configuration is compared with many, and effect sizes.
+
+Pure functions of the sums the KB maintains (advisor/kb/summaries.py), so an answer never reads the runs.
+scipy.special (the Student-t distribution function) is imported only when a test is made: answers from
+single-run evidence never load it, and scipy.stats is never loaded on the answer path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Below this fraction of the mean square, a variance is rounding noise in the maintained sums (added and
+# taken out run by run), not a spread: differences that are all equal give exactly zero.
+ZERO_VARIANCE = 1e-10
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A two-sided t-test of a - b, with its effect size."""
+
+    kind: str  # 'paired t' | 'Welch t'
+    n: int  # paired: the seeds both sides share; Welch: the runs of both sides together
+    statistic: float  # t; ±inf when the differences have no spread and a nonzero mean
+    dof: float
+    p: float
+    difference: float  # mean of a - mean of b (paired: the mean of the per-seed differences)
+    effect_size: float  # Cohen's d_z (paired) or Hedges' g (Welch); ±inf with no spread
+    effect_name: str
+
+
+def two_sided_p(t: float, dof: float) -> float:
+    """P(|T| >= |t|) for Student's t with `dof` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    from scipy.special import stdtr
+
+    return float(min(1.0, 2.0 * stdtr(dof, -abs(t))))
+
+
+def sample_variance(n: int, total: float, sum_sq: float) -> float:
+    """The unbiased variance of n values from their sum and sum of squares (0 below rounding noise)."""
+    mean = total / n
+    var = max(0.0, (sum_sq - n * mean * mean) / (n - 1))
+    return 0.0 if var <= ZERO_VARIANCE * (sum_sq / n) else var
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den where den may be 0: ±inf for a nonzero num, 0 for none (nothing to tell apart)."""
+    if den > 0:
+        return num / den
+    return 0.0 if num == 0 else math.copysign(math.inf, num)
+
+
+def paired_t(n: int, sum_d: float, sum_dd: float) -> TTest | None:
+    """Student's paired t-test of the per-seed differences d (n, their sum and sum of squares).
+
+    t = mean(d) / (sd(d) / sqrt(n)), n - 1 degrees of freedom; effect size Cohen's d_z = mean(d) / sd(d).
+    Differences that are all equal give p = 0 (all nonzero) or p = 1 (all zero). None when n < 2."""
+    if n < 2:
+        return None
+    mean = sum_d / n + 0.0  # + 0.0: no '-0.0' for a difference of nothing
+    sd = math.sqrt(sample_variance(n, sum_d, sum_dd))
+    t = _ratio(mean, sd / math.sqrt(n))
+    p = 1.0 if mean == 0 and sd == 0 else two_sided_p(t, n - 1)
+    return TTest("paired t", n, t, float(n - 1), p, mean, _ratio(mean, sd), "Cohen's d_z")
+
+
+def welch_t(a: tuple[int, float, float], b: tuple[int, float, float]) -> TTest | None:
+    """Welch's unpaired t-test of a - b, each side given as (n, mean, sum of squares).
+
+    t = (mean_a - mean_b) / sqrt(var_a/n_a + var_b/n_b), Welch–Satterthwaite degrees of freedom; effect
+    size Hedges' g (Cohen's d over the pooled sd, times 1 - 3 / (4 (n_a + n_b) - 9)). None when a side has
+    fewer than 2 values."""
+    (na, ma, sqa), (nb, mb, sqb) = a, b
+    if na < 2 or nb < 2:
+        return None
+    va, vb = sample_variance(na, na * ma, sqa), sample_variance(nb, nb * mb, sqb)
+    diff = ma - mb + 0.0
+    se2 = va / na + vb / nb
+    t = _ratio(diff, math.sqrt(se2))
+    if se2 > 0:
+        dof = se2 * se2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    else:
+        dof = float(na + nb - 2)
+    p = 1.0 if diff == 0 and se2 == 0 else two_sided_p(t, dof)
+    pooled = math.sqrt(((na - 1) * va + (nb - 1) * vb) / (na + nb - 2))
+    g = _ratio(diff, pooled) * (1 - 3 / (4 * (na + nb) - 9))
+    return TTest("Welch t", na + nb, t, dof, p, diff, g, "Hedges' g")
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment, in the input's order: the i-th smallest p times (m - i + 1), made
+    monotone and capped at 1. Rejecting where the adjusted p < alpha controls the family-wise error."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def relative_difference(difference: float, reference: float) -> float | None:
+    """A difference as a percentage of |reference| (what it is compared against); None when that is 0."""
+    return None if reference == 0 else 100.0 * difference / abs(reference)
+
+
+def finite(x: float | None) -> float | None:
+    """x, or None where it is not finite (JSON has no infinity)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+__all__ = ["TTest", "holm", "paired_t", "relative_difference", "two_sided_p", "welch_t"]

@@ -1,0 +1,38 @@
+"""The errors advisor raises for its user, each with a sentence that says what is wrong and what to do.
+
+The command line turns an `InputError` into a usage error (exit code 2, naming the option) and any other
+`Error` into one sentence with exit code 1; the Python API raises them as they are."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Every error advisor raises for its user."""
+
+
+class InputError(Error, ValueError):
+    """A bad value of one option or argument: a usage error. `param` names the option ('--gpu'), if one."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class KBError(Error):
+    """A knowledge base that cannot be used."""
+
+
+class RulesError(Error):
+    """A rules file that is missing a key or contradicts another."""
+
+
+class ModelNotResolved(Error, ValueError):
+    """A --model whose config cannot be found, or whose family cannot be told, without the network."""
+
+
+class NoEvidence(Error):
+    """No evidence group holds runs for the question asked."""
+
+
+class FitError(Error):
+    """A question `advisor fit` cannot answer: a model it cannot build or trace."""

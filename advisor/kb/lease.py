@@ -1,0 +1,155 @@
+"""Claims of grid cells: which cells already have an outcome, which are held by a live owner (a lease
+its heartbeat renews), and which were abandoned by an owner that died (they become `crashed`). Every
+write goes through `advisor.kb.store`'s transactions.
+
+A claimed cell holds a lease of LEASE_S that its owner's heartbeat renews every LEASE_S / 4, from a thread
+with its own connection: a killed process (a dead node, container or array task) stops renewing, and its
+runs' leases expire on every host. On the owner's own host a dead pid frees the cell at once.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from advisor.errors import KBError
+from advisor.kb import store
+from advisor.kb.schema import BUSY_TIMEOUT_MS
+from advisor.kb.store import FINAL, later, now, transaction
+
+LEASE_S = 120  # a running run's lease; its owner's heartbeat renews it every LEASE_S / 4
+LEGACY_RUNNING_S = 24 * 3600  # a running run from before leases, on another host, counts as alive this long
+
+
+def is_alive(
+    owner: str | None, lease_until: str | None, started_at: str | None, pid_alive: Callable[[str], bool]
+) -> bool:
+    """Whether a running run's owner still holds it. An expired lease means no: whichever host ran it (its
+    heartbeat stopped). On this host a dead pid means no at once. A run from before leases counts as alive
+    on another host for LEGACY_RUNNING_S after it started."""
+    stamp = now()
+    if lease_until is not None and lease_until <= stamp:
+        return False
+    if owner and ":" in owner and owner.rsplit(":", 1)[0] == socket.gethostname():
+        return pid_alive(owner)
+    if lease_until is not None:
+        return True
+    return (
+        bool(started_at)
+        and started_at > (datetime.now(UTC) - timedelta(seconds=LEGACY_RUNNING_S)).isoformat()
+    )
+
+
+def claim_run(
+    conn: sqlite3.Connection, run: dict, pid_alive: Callable[[str], bool]
+) -> tuple[int | None, str | None]:
+    """Insert `run` as `running`, with a lease, unless its cell (source, cell key, seed, hardware) already
+    has a final outcome or a live owner. Returns (run id, None), or (None, the status that makes the cell
+    done or taken)."""
+    with transaction(conn):
+        taken = conn.execute(
+            "SELECT status, owner, lease_until, started_at FROM runs WHERE source = ? AND cell_key = ? AND "
+            f"seed = ? AND hardware = ? AND status IN ('running', {', '.join(repr(s) for s in FINAL)})",
+            [run["source"], run["cell_key"], run["seed"], run["hardware"]],
+        ).fetchall()
+        for status, owner, lease, started in taken:
+            if status in FINAL or is_alive(owner, lease, started, pid_alive):
+                return None, status
+        row = {
+            **run,
+            "status": "running",
+            "started_at": now(),
+            "lease_until": later(LEASE_S),
+            "uid": uuid.uuid4().hex,
+        }
+        return store.insert_run(conn, row), None
+
+
+def cell_of(run: dict) -> tuple | None:
+    """(source, cell key, seed, hardware) of a run that ended with an outcome a re-run would repeat."""
+    if run.get("status") not in FINAL or not run.get("cell_key") or run.get("seed") is None:
+        return None
+    return (run["source"], run["cell_key"], run["seed"], run["hardware"])
+
+
+def ended_cells(conn: sqlite3.Connection) -> set[tuple]:
+    """cell_of every run of a KB: the cells, seeds and hardware that already have an outcome."""
+    marks = ", ".join("?" * len(FINAL))
+    rows = conn.execute(
+        "SELECT source, cell_key, seed, hardware FROM runs WHERE cell_key IS NOT NULL AND seed IS NOT NULL "
+        f"AND status IN ({marks})",
+        FINAL,
+    )
+    return {tuple(row) for row in rows}
+
+
+def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> int:
+    """Runs left `running` by an owner that no longer holds them become `crashed`. Returns how many."""
+    with transaction(conn):
+        stale = [
+            (rid, owner, lease)
+            for rid, owner, lease, started in conn.execute(
+                "SELECT id, owner, lease_until, started_at FROM runs WHERE status = 'running'"
+            )
+            if not is_alive(owner, lease, started, pid_alive)
+        ]
+        ended = {
+            run_id: f"its owner ({owner}) stopped renewing its lease (expired {lease})"
+            if lease and lease <= now()
+            else f"the process that ran it ({owner}) ended before the run did"
+            for run_id, owner, lease in stale
+        }
+        store.end_runs(conn, ended, "crashed")
+    return len(stale)
+
+
+class Heartbeat:
+    """Renews the leases of the runs this process holds, every LEASE_S / 4 from a thread with its own
+    connection, for as long as the process lives: a killed process stops renewing, and its runs' leases
+    expire on every host."""
+
+    def __init__(self, path: str | Path, interval: float = LEASE_S / 4):
+        self.path, self.interval = Path(path), interval
+        self.held: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="advisor-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, run_id: int) -> None:
+        self.held.add(run_id)
+
+    def let_go(self, run_id: int) -> None:
+        self.held.discard(run_id)
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            while not self._stop.wait(self.interval):
+                self.renew(conn)
+        finally:
+            conn.close()
+
+    def renew(self, conn: sqlite3.Connection) -> None:
+        held = sorted(self.held)
+        if not held:
+            return
+        try:
+            with transaction(conn):
+                conn.execute(
+                    f"UPDATE runs SET lease_until = ? WHERE status = 'running' AND id IN ({','.join('?' * len(held))})",
+                    [later(LEASE_S), *held],
+                )
+        except (sqlite3.Error, KBError):
+            pass  # a busy or full disk: the next beat tries again, well within the lease

@@ -1,0 +1,470 @@
+"""Every write into a knowledge base goes through here: opening it for writing (migrations, WAL, busy
+timeout), the transaction helper, runs with their metrics and epochs (one at a time, or a whole file in
+bulk), validations and predictions. Claims of cells, their leases and heartbeat are `advisor.kb.lease`'s,
+written through this module's transactions.
+
+Connections are autocommit (`isolation_level=None`); each write is one short `BEGIN IMMEDIATE`
+transaction, so several processes can share a KB (the write lock is taken up front, and waits for the
+busy timeout instead of failing on a read-then-write race), and a process killed mid-run leaves no
+partial row behind. A KB is left in rollback-journal mode when its last writer lets go (`release`), so a
+copy handed out or a read-only mount can be read without a `-shm` file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from advisor.errors import KBError
+from advisor.kb import migrations, summaries
+from advisor.kb.identity import cell_key, run_uid
+from advisor.kb.migrations import PROTOCOLS
+from advisor.kb.schema import (
+    BUSY_TIMEOUT_MS,
+    applied_migrations,
+    check_readable,
+    connect_ro,
+    corrupt_error,
+    refuse_newer,
+)
+
+FINAL = (
+    "ok",
+    "oom",
+    "diverged",
+    "untrained",
+)  # outcomes a re-run would repeat; `failed`, `crashed` run again
+JSON_COLUMNS = ("software", "config")  # run columns stored as JSON text
+DISK_FULL = ("database or disk is full", "disk i/o error")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def later(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
+# --- opening and letting go ---------------------------------------------------------------------------
+
+
+def open_for_writing(path: str | Path) -> sqlite3.Connection:
+    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout, autocommit.
+
+    Refuses what is not an advisor KB: a folder, a device or pipe, a newer schema, and another
+    application's SQLite database (advisor never adds its tables to one)."""
+    path = Path(path)
+    if path.exists():
+        check_readable(path)
+        if path.stat().st_size:
+            ro = connect_ro(path)  # refuse before any pragma writes to it
+            try:
+                refuse_newer(ro, path)
+                _refuse_foreign(ro, path)
+            finally:
+                ro.close()
+    elif path.parent.exists() and not path.parent.is_dir():
+        raise KBError(
+            f"cannot create {path}: {path.parent} is a file, not a folder. Pass --db with a writable path."
+        )
+    elif not path.parent.exists():
+        raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
+    try:
+        conn = sqlite3.connect(
+            path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _use_wal(conn)
+        refuse_newer(conn, path)
+        _migrate(conn)  # foreign keys off: a migration that rebuilds `runs` must not cascade its drop
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.OperationalError as e:
+        raise _write_error(path, e) from e
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    return conn
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if tables and not applied_migrations(conn):
+        shown = ", ".join(tables[:5]) + ("…" if len(tables) > 5 else "")
+        raise KBError(
+            f"{path} is another application's SQLite database (tables: {shown}): advisor writes only its own "
+            "knowledge bases. Pass --db with a new file or an advisor KB."
+        )
+
+
+def _write_error(path: Path, e: sqlite3.OperationalError) -> KBError:
+    if any(s in str(e).lower() for s in DISK_FULL):
+        return disk_full(path, e)
+    return KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.")
+
+
+def disk_full(path, e: Exception) -> KBError:
+    return KBError(
+        f"cannot write {path}: the disk is full ({e}). What was written before is intact: free some space, "
+        "or pass --db with a knowledge base on another disk."
+    )
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """open_for_writing, then `release` however the block ends."""
+    conn = open_for_writing(path)
+    try:
+        yield conn
+    finally:
+        release(conn)
+
+
+def release(conn: sqlite3.Connection) -> None:
+    """Checkpoint, switch back to rollback journaling if no other connection has the KB open (then no -wal
+    or -shm file is needed to read it, from a read-only folder too), and close."""
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")  # another process has it open: leave WAL to it, at once
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error:
+        pass
+    conn.close()
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL, retrying: SQLite answers a concurrent switch with 'database is locked' at once,
+    without waiting for the busy timeout, when another process is opening or releasing the same file."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply pending migrations holding the write lock, so that two processes opening a new KB at once do
+    not both create its tables: the second waits, then finds nothing pending."""
+    if migrations.pending(conn):
+        with transaction(conn):
+            migrations.migrate(conn)
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE takes the write lock up front: no 'database is locked' on a read-then-write race.
+    A full disk becomes a KBError with a sentence; the transaction is rolled back, the KB intact."""
+    with full_disk_said(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
+
+
+@contextmanager
+def full_disk_said(conn: sqlite3.Connection) -> Iterator[None]:
+    """SQLite's 'database or disk is full' (or the disk I/O error a write past a size limit gives) as a
+    KBError that says what happened and what to do."""
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        if any(s in str(e).lower() for s in DISK_FULL):
+            raise disk_full(_file_of(conn), e) from e
+        raise
+
+
+def _file_of(conn: sqlite3.Connection) -> str:
+    return next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "the knowledge base")
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    """A table's columns, read from the schema itself: the one list of them. Cached per table: every
+    connection open_for_writing hands out is at the current schema."""
+    if table not in _COLUMNS:
+        _COLUMNS[table] = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
+    return _COLUMNS[table]
+
+
+def _checked(conn: sqlite3.Connection, table: str, row: dict) -> dict:
+    """A row whose keys are all columns of the table (a key never reaches the SQL text unchecked)."""
+    unknown = [k for k in row if k not in _columns(conn, table)]
+    if unknown:
+        raise KBError(f"cannot store {', '.join(map(repr, unknown))}: not a column of {table}.")
+    return row
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict) -> int:
+    row = _checked(conn, table, row)
+    cur = conn.execute(
+        f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+    )
+    return cur.lastrowid
+
+
+def _run_row(run: dict) -> dict:
+    """A run dict as its `runs` row: JSON columns serialized, a cell key and an identity given if missing
+    (derived from its provenance, so that importing the same file twice adds it once)."""
+    row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id", "grp")}
+    if row.get("protocol") not in (None, *PROTOCOLS) and row.get("settings") is None:
+        row["settings"] = row.pop("protocol")  # files written before 0008 named the settings `protocol`
+    row["protocol"] = row.get("protocol") or "paper"
+    for key in JSON_COLUMNS:
+        if not isinstance(row.get(key), str):
+            row[key] = json.dumps(row.get(key) or {}, sort_keys=True)
+    if not row.get("cell_key"):
+        row["cell_key"] = cell_key(json.loads(row["config"]) | {"source": row["source"]})
+    row["uid"] = row.get("uid") or run_uid(row)
+    return row
+
+
+def _metric_row(run_id: int, m: dict) -> dict:
+    return dict(
+        run_id=run_id,
+        name=m["name"],
+        value=m["value"],
+        unit=m["unit"],
+        certainty=m.get("certainty") or "measured",
+        note=m.get("note"),
+    )
+
+
+def insert_run(conn: sqlite3.Connection, run: dict) -> int:
+    """Insert one run row plus its metrics and epochs, and summarise it (the caller owns the transaction)."""
+    run_id = _insert(conn, "runs", _run_row(run))
+    for m in run.get("metrics", []):
+        _insert(conn, "metrics", _metric_row(run_id, m))
+    for e in run.get("epochs", []):
+        add_epoch_row(conn, run_id, e)
+    summaries.add(conn, [run_id])
+    return run_id
+
+
+def add_epoch_row(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
+    _insert(conn, "epochs", {"run_id": run_id, **{k: v for k, v in row.items() if k != "run_id"}})
+
+
+def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dict] = ()) -> tuple[int, int]:
+    """Insert runs (with metrics and epochs) and validations; runs the KB already holds are skipped.
+    Returns (runs added, runs skipped).
+
+    Atomic, and short for other writers: every row is staged in temporary tables first (they take no lock
+    on the KB), then one transaction copies what is new in SQL. A 20,000-run import holds the write lock
+    for a fraction of a second, not the minute a row-by-row insert takes."""
+    with full_disk_said(conn):  # staging spills temporary tables to disk too
+        _stage(conn, runs)
+    try:
+        with transaction(conn):
+            base = conn.execute("SELECT coalesce(max(id), 0) FROM runs").fetchone()[0]
+            run_cols = ", ".join(c for c in _columns(conn, "runs") if c != "id")
+            conn.execute(
+                f"INSERT INTO runs (id, {run_cols}) SELECT id + ?, {run_cols} FROM temp.staged_runs s "
+                "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.uid = s.uid) "
+                "AND s.id = (SELECT min(t.id) FROM temp.staged_runs t WHERE t.uid = s.uid)",
+                [base],
+            )
+            added = conn.execute("SELECT changes()").fetchone()[0]
+            for table in ("metrics", "epochs"):
+                cols = [c for c in _columns(conn, table) if c != "run_id"]
+                conn.execute(
+                    f"INSERT INTO {table} (run_id, {', '.join(cols)}) SELECT run_id + ?, {', '.join(cols)} "
+                    f"FROM temp.staged_{table} WHERE run_id + ? IN (SELECT id FROM runs WHERE id > ?)",
+                    [base, base, base],
+                )
+            summaries.add(conn, "SELECT id FROM runs WHERE id > ?", [base])
+            for row in validations:
+                _insert_validation(conn, row)
+    finally:
+        for table in ("runs", "metrics", "epochs"):
+            conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
+    return added, len(runs) - added
+
+
+def _stage(conn: sqlite3.Connection, runs: list[dict]) -> None:
+    """The rows of `runs` in temporary tables shaped like the KB's, numbered from 1."""
+    rows, metrics, epochs = [], [], []
+    for i, run in enumerate(runs, start=1):
+        rows.append({"id": i, **_checked(conn, "runs", _run_row(run))})
+        metrics += [_checked(conn, "metrics", _metric_row(i, m)) for m in run.get("metrics", [])]
+        epochs += [_checked(conn, "epochs", {**e, "run_id": i}) for e in run.get("epochs", [])]
+    for table, staged in (("runs", rows), ("metrics", metrics), ("epochs", epochs)):
+        conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
+        conn.execute(f"CREATE TEMP TABLE staged_{table} AS SELECT * FROM main.{table} WHERE 0")
+        cols = _columns(conn, table)
+        conn.executemany(
+            f"INSERT INTO temp.staged_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [[r.get(c) for c in cols] for r in staged],
+        )
+    conn.execute("CREATE INDEX temp.staged_runs_uid ON staged_runs (uid, id)")  # the copy's lookups
+
+
+def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
+    """One validation row, unless the KB has it (same hardware, check, model and time)."""
+    row = {k: v for k, v in row.items() if k != "id"}
+    if not isinstance(row.get("software", "{}"), str):
+        row["software"] = json.dumps(row["software"], sort_keys=True)
+    same = conn.execute(
+        "SELECT 1 FROM validations WHERE hardware = ? AND name = ? AND model IS ? AND created_at = ?",
+        [row["hardware"], row["name"], row.get("model"), row["created_at"]],
+    ).fetchone()
+    if same is None:
+        _insert(conn, "validations", row)
+
+
+def run_digest(run: dict) -> str:
+    """A run's outcome as one string (status and its run-level figures): two copies of one run (one uid)
+    that differ here are a conflict, not a duplicate."""
+    figures = sorted((m["name"], round(float(m["value"]), 9)) for m in run.get("metrics", []))
+    return json.dumps([run.get("status"), figures])
+
+
+def run_digests(conn: sqlite3.Connection, uids: list[str]) -> list[tuple[str, str]]:
+    """(uid, run_digest) of the runs the KB holds among uids."""
+    out = []
+    for start in range(0, len(uids), 500):
+        chunk = uids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(f"SELECT id, uid, status FROM runs WHERE uid IN ({marks})", chunk).fetchall()
+        for run_id, uid, status in rows:
+            metrics = [
+                {"name": n, "value": v}
+                for n, v in conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])
+            ]
+            out.append((uid, run_digest({"status": status, "metrics": metrics})))
+    return out
+
+
+def rebuild_summaries(conn: sqlite3.Connection) -> None:
+    """Recompute every summary from the runs, in one transaction: after a KB was edited by hand in SQL."""
+    with transaction(conn):
+        summaries.rebuild(conn)
+
+
+def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:
+    fields = _checked(
+        conn,
+        "runs",
+        {k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS else v for k, v in fields.items()},
+    )
+    if "grp" in fields:
+        raise KBError("a run's group is the store's to set, from its provenance.")
+    with transaction(conn):
+        summaries.remove(conn, [run_id])
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*fields.values(), run_id])
+        if summaries.GROUP_KEY & set(fields):
+            conn.execute("UPDATE runs SET grp = NULL WHERE id = ?", [run_id])
+        summaries.add(conn, [run_id])
+
+
+def end_runs(conn: sqlite3.Connection, ended: dict[int, str], status: str) -> None:
+    """Runs ended with a status and, each, the sentence why (the caller owns the transaction)."""
+    summaries.remove(conn, list(ended))
+    for run_id, why in ended.items():
+        conn.execute(
+            "UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?",
+            [status, why, now(), run_id],
+        )
+    summaries.add(conn, list(ended))
+
+
+def add_epoch(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
+    """One epoch's row, committed as the epoch ends (a crash later keeps it)."""
+    with transaction(conn):
+        add_epoch_row(conn, run_id, row)
+
+
+def finish_run(
+    conn: sqlite3.Connection,
+    run_id: int,
+    status: str,
+    error: str | None,
+    metrics: list[tuple[str, float, str]],
+) -> None:
+    """The run's summary figures and final status, in one transaction."""
+    with transaction(conn):
+        summaries.remove(conn, [run_id])
+        for name, value, unit in metrics:
+            conn.execute(
+                "INSERT OR REPLACE INTO metrics (run_id, name, value, unit, certainty) "
+                "VALUES (?, ?, ?, ?, 'measured')",
+                [run_id, name, value, unit],
+            )
+        conn.execute(
+            "UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?",
+            [status, error, now(), run_id],
+        )
+        summaries.add(conn, [run_id])
+
+
+# --- validations and predictions -------------------------------------------------------------------------
+
+
+def add_predictions(conn: sqlite3.Connection, rows: list[dict]) -> None:
+    """`advisor fit`'s predictions (replacing one with the same key), in one transaction."""
+    stamp = now()
+    with transaction(conn):
+        for row in rows:
+            row = {**row, "created_at": stamp}
+            for key in ("software", "payload"):
+                row[key] = json.dumps(row[key], sort_keys=True)
+            conn.execute("DELETE FROM predictions WHERE key = ?", [row["key"]])
+            _insert(conn, "predictions", row)
+
+
+@dataclass
+class Check:
+    """One check of `advisor validate` (or of bench/fit_accuracy.py), as the validations table holds it."""
+
+    name: str
+    model: str | None
+    passed: bool
+    value: float
+    tolerance: float
+    detail: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_validations(conn: sqlite3.Connection, machine: dict, preset: str, checks) -> None:
+    """The results of `advisor validate`, so that answers can say what was validated on this hardware."""
+    stamp = now()
+    with transaction(conn):
+        for c in checks:
+            _insert(
+                conn,
+                "validations",
+                dict(
+                    hardware=machine["hardware"],
+                    device=machine["device"],
+                    model=c.model,
+                    preset=preset if c.model else None,
+                    name=c.name,
+                    passed=int(c.passed),
+                    value=c.value if c.value != float("inf") else None,
+                    tolerance=c.tolerance,
+                    detail=c.detail,
+                    software=json.dumps(machine["software"], sort_keys=True),
+                    created_at=stamp,
+                ),
+            )

@@ -1,0 +1,94 @@
+"""Where advisor keeps its files: the shipped KB and rules (package data, only ever read), the user's data
+folder (their KB, their rules, shards), and which KB a command reads or writes."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from platformdirs import user_data_path
+
+from advisor.errors import KBError
+
+
+def shipped_kb_path() -> Path:
+    return Path(str(resources.files("advisor.shipped.kb"))) / "results.sqlite"
+
+
+def resolve_db_path(db: str | os.PathLike | None) -> Path:
+    """The KB to use: --db, then $ADVISOR_DB, then the shipped kb/results.sqlite."""
+    if db:
+        return Path(db)
+    if os.environ.get("ADVISOR_DB"):
+        return Path(os.environ["ADVISOR_DB"])
+    return shipped_kb_path()
+
+
+def user_dir() -> Path:
+    """Where advisor keeps the user's own files: the platform's user data directory
+    (~/.local/share/advisor on Linux; $XDG_DATA_HOME moves it)."""
+    return user_data_path("advisor", appauthor=False)
+
+
+def user_kb_path() -> Path:
+    return user_dir() / "kb.sqlite"
+
+
+def resolve_write_path(db: str | os.PathLike | None) -> Path:
+    """The KB a command writes: --db, then $ADVISOR_DB, then the user's KB (its folder created). Never the
+    shipped KB, which is package data: naming it is refused with a KBError."""
+    named = db or os.environ.get("ADVISOR_DB")
+    if named:
+        if _same_file(Path(named), shipped_kb_path()):
+            raise KBError(
+                f"{named} is the shipped KB, the package's own data: write your own KB (the default; "
+                "`advisor kb path` says where) or another --db. `advisor kb build --shipped` rebuilds it from "
+                "kb/inputs/."
+            )
+        return Path(named)
+    path = user_kb_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.exists() and path.samefile(other)
+    except OSError:
+        return False
+
+
+def places() -> dict[str, str | bool | None]:
+    """Where advisor reads and writes (`advisor kb path`)."""
+    env = os.environ.get("ADVISOR_DB") or None
+    return {
+        "shipped_kb": str(shipped_kb_path()),
+        "user_kb": str(user_kb_path()),
+        "user_kb_exists": exists(user_kb_path()),
+        "ADVISOR_DB": env,
+        "writes_to": str(Path(env) if env else user_kb_path()),
+        "reads": env or f"{shipped_kb_path()} + {user_kb_path()}",
+    }
+
+
+def exists(path: Path) -> bool:
+    """Whether a file is there (a folder we may not look into, e.g. another user's, counts as absent)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def shipped_rules_dir() -> Path:
+    return Path(str(resources.files("advisor.shipped.rules")))
+
+
+def shipped_inputs_dir() -> Path:
+    """The versioned inputs the shipped KB is built from (kb/inputs/ in a checkout)."""
+    return Path(str(resources.files("advisor.shipped.kb"))) / "inputs"
+
+
+def user_rules_dir() -> Path:
+    """The user's rules, beside their KB: TOML files named as in rules/ that extend or override it."""
+    return user_dir() / "rules"

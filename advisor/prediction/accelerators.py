@@ -1,0 +1,62 @@
+"""Accelerators by the names people type (`--gpu A100-80GB`, `a100_40gb`, `H100`, `RTX4090`) and by the
+names CUDA reports (`NVIDIA A100-SXM4-40GB`), from rules/hardware.toml."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+
+from advisor.errors import InputError
+from advisor.rules import Accelerator, Rules
+
+PRECISION = {"fp32": "fp32", "bf16-mixed": "bf16", "bf16": "bf16", "fp16-mixed": "fp16"}  # dtype -> peak used
+
+
+class UnknownAccelerator(InputError):
+    """A --gpu name no accelerator of rules/hardware.toml answers to; the message lists close matches."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "--gpu")
+
+
+def normalize(name: str) -> str:
+    """'NVIDIA A100-SXM4-80GB' -> 'a100sxm480gb': case, spaces, dashes, underscores and the vendor dropped."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    return re.sub(r"^(nvidia|amd|geforce|tesla)+", "", key) or key
+
+
+def _names(acc: Accelerator) -> set[str]:
+    return {normalize(n) for n in (acc.key, acc.name, *acc.aliases)}
+
+
+def find(name: str, rules: Rules) -> Accelerator | None:
+    """The accelerator a name or alias means, or None."""
+    key = normalize(name)
+    return next((a for a in rules.accelerators.values() if key in _names(a)), None)
+
+
+def resolve(name: str, rules: Rules) -> Accelerator:
+    """The accelerator a --gpu value names; UnknownAccelerator with the close matches otherwise."""
+    found = find(name, rules)
+    if found is not None:
+        return found
+    choices = {n: a.key for a in rules.accelerators.values() for n in _names(a)}
+    close = difflib.get_close_matches(normalize(name), list(choices), n=6, cutoff=0.5)
+    suggest = sorted({choices[c] for c in close}) or sorted(rules.accelerators)
+    raise UnknownAccelerator(
+        f"unknown accelerator {name!r}. Did you mean: {', '.join(suggest)}? "
+        "(all: advisor fit --list-gpus; or pass --memory GB)"
+    )
+
+
+def memory_gb(acc: Accelerator) -> float:
+    """Capacity in GB (10^9 bytes): the datasheet's binary GB, or this machine's RAM for `cpu`."""
+    if acc.memory_gib is None:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    return acc.memory_gib * 2**30 / 1e9
+
+
+def peak_tflops(acc: Accelerator, dtype: str) -> float | None:
+    """Dense peak TFLOP/s at the precision a dtype computes in, or None where the chip lacks it."""
+    return acc.tflops.get(PRECISION[dtype])

@@ -1,0 +1,136 @@
+"""The vocabulary of a traced training step, and its arithmetic: what `measure.prediction` records of a step
+(a payload) and what the answer side reads from it at any micro-batch and depth, without torch.
+
+A payload holds, per phase of the step (forward, backward, optimizer step) and per traced depth point,
+the lines of the phase's peak of live bytes in the micro-batch size (every op's live bytes are affine in
+the batch, so a phase's peak at any batch is the upper envelope of its ops' lines), FLOPs and the
+optimizer's memory traffic as lines too, and the parameter count. Depth is a linear combination of the
+traced points (every block of a stack holds the same bytes). Imports nothing of ours: the tracer below
+it and the answer above it share it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from fractions import Fraction
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
+ENGINE_VERSION = 2  # what a prediction means: bump it when that changes, and cached ones are traced again
+DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
+
+
+# --- depth: traced at 1 and 2 blocks of each stack -----------------------------------------------------
+
+
+def depth_points(knobs: dict[str, int]) -> list[tuple[int, ...]]:
+    """The depth points traced: every stack at 1 block, then each stack at 2 in turn."""
+    return [tuple(1 for _ in knobs)] + [
+        tuple(2 if i == j else 1 for i in range(len(knobs))) for j in range(len(knobs))
+    ]
+
+
+def extrapolate_depth(values: dict, knobs: dict[str, int]) -> int:
+    """A quantity known at the depth points, at the full depths: affine in each stack's depth."""
+    points = depth_points(knobs)
+    base = values[points[0]]
+    return base + sum(
+        (full - 1) * (values[p] - base) for p, full in zip(points[1:], knobs.values(), strict=True)
+    )
+
+
+def _depth_combination(payload: dict, values: list[dict]) -> dict:
+    """Values at the depth points (base, then each stack one block deeper), at the model's depths."""
+    base, out = values[0], dict(values[0])
+    for raised, full in zip(values[1:], payload["depth"].values(), strict=True):
+        for k in out:
+            out[k] += (full - 1) * (raised[k] - base[k])
+    return out
+
+
+# --- lines in the batch: what a trace at the two BATCHES records ---------------------------------------
+
+
+def line(low: int, high: int) -> tuple[int, int]:
+    """(value at batch 0, per sample) of a quantity affine in the batch, from its values at the BATCHES."""
+    slope = (high - low) // (BATCHES[1] - BATCHES[0])
+    return low - BATCHES[0] * slope, slope
+
+
+def envelope(low: list, high: list) -> list[dict]:
+    """A phase traced at the two BATCHES as lines in the batch (every op's live bytes are affine in it), cut
+    to those that are the phase's maximum for some batch >= 1: the peak at any batch."""
+    lines = {}
+    for v1, v2 in _aligned(low, high):
+        slope = tuple((b - a) // (BATCHES[1] - BATCHES[0]) for a, b in zip(v1, v2, strict=True))
+        start = tuple(a - BATCHES[0] * s for a, s in zip(v1, slope, strict=True))  # the value at batch 0
+        key = sum(slope)
+        if key not in lines or sum(start) > sum(lines[key][0]):
+            lines[key] = (start, slope)
+    hull: list[tuple[tuple, tuple]] = []
+    for ln in sorted(lines.values(), key=lambda ln: sum(ln[1])):
+        while len(hull) >= 2 and _cross(hull[-2], ln) <= _cross(hull[-2], hull[-1]):
+            hull.pop()
+        hull.append(ln)
+    # hull[i] is the maximum between its crossings with hull[i-1] and hull[i+1]: keep those reaching batch 1
+    kept = [ln for i, ln in enumerate(hull) if i == len(hull) - 1 or _cross(ln, hull[i + 1]) >= 1]
+    return [
+        {"a": dict(zip(CATEGORIES, a, strict=True)), "b": dict(zip(CATEGORIES, b, strict=True))}
+        for a, b in kept
+    ]
+
+
+def _aligned(low: list, high: list):
+    """Pairs of live-byte vectors op by op. Where one batch size runs an op the other does not (a copy a
+    contiguous layout makes unnecessary), the other's previous vector stands in for it."""
+    if [op for op, _ in low] == [op for op, _ in high]:
+        return [(a, b) for (_, a), (_, b) in zip(low, high, strict=True)]
+    pairs = []
+    matcher = difflib.SequenceMatcher(a=[op for op, _ in low], b=[op for op, _ in high], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs += [(low[i][1], high[j][1]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            a = low[min(i1 + k, i2 - 1)][1] if i2 > i1 else low[i1 - 1][1]
+            b = high[min(j1 + k, j2 - 1)][1] if j2 > j1 else high[j1 - 1][1]
+            pairs.append((a, b))
+    return pairs
+
+
+def _cross(low, high) -> Fraction:
+    """The batch at which line `high` (the larger slope) overtakes line `low`."""
+    return Fraction(sum(low[0]) - sum(high[0]), sum(high[1]) - sum(low[1]))
+
+
+# --- reading a payload at a micro-batch ----------------------------------------------------------------
+
+
+def phase_bytes(payload: dict, phase: str, batch: int) -> dict[str, float]:
+    """Bytes by category at the peak of one phase of the step, at a micro-batch size."""
+    at_points = []
+    for lines in payload["phases"][phase]:
+        best = max(lines, key=lambda ln: sum(ln["a"].values()) + batch * sum(ln["b"].values()))
+        at_points.append({c: best["a"][c] + batch * best["b"][c] for c in CATEGORIES})
+    return _depth_combination(payload, at_points)
+
+
+def tensor_peak(payload: dict, batch: int) -> tuple[str, dict[str, float]]:
+    """The phase holding the step's peak of live tensor bytes, and the bytes by category there."""
+    phases = {p: phase_bytes(payload, p, batch) for p in payload["phases"]}
+    phase = max(phases, key=lambda p: sum(phases[p].values()))
+    return phase, phases[phase]
+
+
+def step_flops(payload: dict, batch: int) -> float:
+    """FLOPs of one micro-batch's forward and backward (recomputation included)."""
+    return _depth_combination(payload, [{"flops": a + batch * b} for a, b in payload["flops"]])["flops"]
+
+
+def optimizer_traffic(payload: dict) -> float:
+    """Bytes the optimizer step reads and writes (its kernels are bound by memory bandwidth)."""
+    return _depth_combination(payload, [{"b": b} for b in payload["optimizer_traffic"]])["b"]
+
+
+def n_params(payload: dict) -> int:
+    return round(_depth_combination(payload, [{"n": n} for n in payload["n_params"]])["n"])

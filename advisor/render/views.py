@@ -1,0 +1,566 @@
+"""Rich renderables for every answer; only the CLI prints them."""
+
+from __future__ import annotations
+
+from rich.console import Group as RGroup
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from advisor.answers.flowchart import BestPath
+from advisor.answers.pareto import FrontierPoint
+from advisor.answers.recommendation import Answer, Entry, selector_flags
+from advisor.kb.reader import RUN_COLUMNS
+from advisor.prediction.accelerators import memory_gb
+from advisor.render.plot import point_labels, scatter
+from advisor.rules import Metric, Rules
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g} {unit}".strip()
+
+
+def _with_ci(value: float, ci) -> str:
+    return fmt(value) if not ci else f"{value:.4g} ±{(ci[1] - ci[0]) / 2:.2g}"
+
+
+def _seeds(e: Entry) -> str:
+    if e.predicted:
+        return "predicted (advisor fit)"
+    if e.seeds > 1 and e.ci95 is not None:
+        return f"{e.seeds} seeds, 95% CI {e.ci95[0]:.4g}–{e.ci95[1]:.4g}"
+    return "1 run" if e.seeds == 1 else f"{e.seeds} runs"
+
+
+def fmt_p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+
+
+def test_brief(e: Entry) -> str:
+    """'≈ p=0.21' (tied), 'p=0.003' (separated), the Holm-adjusted p against the pick; 'no test' without one."""
+    t = e.test
+    if not t:
+        return ""
+    if t["kind"] is None:
+        return "≈ no test" if e.tied else "no test"
+    return ("≈ " if e.tied else "") + fmt_p(t["p_holm"])
+
+
+def test_line(t: dict) -> str:
+    """The pick against its runner-up, in one line: the test, its p-values and the effect size."""
+    head = f"vs {t['versus']}: "
+    if t["kind"] is None:
+        return head + f"{t['note']}, difference {_signed(t['difference'], t['relative'])}"
+    effect = "" if t["effect_size"] is None else f", {t['effect_name']} {t['effect_size']:+.2g}"
+    what = "seeds" if t["kind"] == "paired t" else "runs"
+    return (
+        f"{head}{t['kind']} over {t['n']} {what}, {fmt_p(t['p'])} (Holm-adjusted {t['p_holm']:.2g}), "
+        f"difference {_signed(t['difference'], t['relative'])}{effect}"
+    )
+
+
+def _signed(diff: float, relative: float | None) -> str:
+    return f"{diff:+.4g}" + (f" ({relative:+.2g} %)" if relative is not None else "")
+
+
+def _disagreements_table(answer: Answer) -> Table:
+    """Each evidence group's pick where it differs from the answer's, side by side."""
+    table = Table(title="Other evidence picks differently", title_justify="left", show_edge=False)
+    for col in ("evidence", "pick", answer.metric.name, "select with"):
+        table.add_column(col)
+    rec = answer.recommendation
+    table.add_row(
+        answer.group.label, f"{rec.optimizer} + {rec.strategy}", fmt(rec.value, rec.unit), "(this answer)"
+    )
+    for d in answer.disagreements:
+        pick = d["pick"]
+        table.add_row(
+            d["evidence"]["label"],
+            f"{pick['optimizer']} + {pick['strategy']}",
+            fmt(pick["value"], pick["unit"]),
+            d["select"],
+        )
+    return table
+
+
+def flag_text(e) -> str:
+    """'⚠ 2 of 3 seeds ok; seed 1 diverged: mean over the 2 ok seeds'."""
+    n = e.seeds if e.seeds is not None else e.seeds_ok  # the seeds the mean is over
+    return f"⚠ {e.flag}: mean over the {n} ok seed{'s' if n != 1 else ''}"
+
+
+def answer_view(answer: Answer, rules: Rules) -> RenderableType:
+    """The whole answer to `advisor recommend`: pick, evidence, alternatives, exclusions, holes, caveats, frontier."""
+    parts: list[RenderableType] = [_headline(answer, rules)]
+    if answer.alternatives:
+        parts.append(_entries_table("Runners-up", answer.alternatives, show_tie=True))
+    if answer.excluded:
+        parts.append(_excluded_table(answer.excluded))
+    if answer.holes:
+        parts.append(Text("Holes in the evidence: " + "; ".join(answer.holes) + ".", style="yellow"))
+    for note in answer.notes:
+        parts.append(Text(note, style="bold yellow"))
+    if answer.mixed_protocols:
+        mixed = "; ".join(f"{p}: {', '.join(cfgs)}" for p, cfgs in answer.mixed_protocols.items())
+        parts.append(
+            Text(
+                f"This evidence mixes runs measured with different settings ({mixed}): "
+                "compare like with like, or measure the missing cells with the same settings.",
+                style="bold yellow",
+            )
+        )
+    if answer.caveats:
+        caveats = Text("Caveats\n", style="bold")
+        for c in answer.caveats:
+            caveats.append(f"• {c}\n")
+        parts.append(caveats)
+    if answer.frontier:
+        x, y = answer.frontier_axes
+        parts.append(frontier_view(answer.frontier, rules, x, y, title=f"Pareto frontier: {y} vs {x}"))
+    if answer.disagreements:
+        parts.append(_disagreements_table(answer))
+    if answer.other_groups:
+        lines = [f"  {g.label}: {selector_flags(g)}" for g in answer.other_groups[:5]]
+        more = len(answer.other_groups) - 5
+        lines += [f"  and {more} more (advisor kb stats)"] if more > 0 else []
+        parts.append(Text("Other evidence (not mixed in; select with):\n" + "\n".join(lines), style="dim"))
+    return RGroup(*parts)
+
+
+def _headline(answer: Answer, rules: Rules) -> Panel:
+    metric = answer.metric
+    measure = rules.measures.get(answer.measure) if answer.measure else None
+    body = Text()
+    pick = answer.recommendation
+    if pick:
+        body.append(f"{pick.optimizer} + {pick.strategy}", style="bold green")
+        body.append(f"\n{metric.label}: {fmt(pick.value, metric.unit)}", style="bold")
+        if pick.stated:
+            body.append(f" (stated: {pick.stated})")
+        body.append(f" · {_seeds(pick)}", style="dim")
+        if pick.flag:
+            body.append(f"\n{flag_text(pick)}", style="bold red")
+            safe = answer.safe_alternative
+            body.append(
+                f"\nBest with every seed ok: {safe.optimizer} + {safe.strategy}, {fmt(safe.value, safe.unit)}"
+                if safe
+                else "\nNo other candidate has every seed ok.",
+                style="bold",
+            )
+        if pick.test and (pick.test["kind"] or pick.seeds > 1):  # single runs: said on the line below
+            body.append(f"\n{test_line(pick.test)}", style="dim")
+        if pick.tied:
+            why = (
+                f"picked by {answer.tie_break} (rules/flowchart.toml)"
+                if answer.tie_break
+                else "picked for the best mean"
+            )
+            n = len(answer.tied_with)
+            body.append(
+                f"\ntied ({_tie_how(answer, rules)}) with {n} other configuration{'s' if n > 1 else ''}, "
+                f"marked ≈; {why}",
+                style="yellow",
+            )
+        if pick.seeds == 1 and not pick.predicted:
+            body.append("\nsingle-seed evidence: one run per configuration, no interval", style="yellow")
+    else:
+        body.append("No recommendation", style="bold red")
+        body.append(f"\n{answer.why_none}")
+    body.append(f"\nEvidence: {answer.group.label}", style="cyan")
+    m = answer.model
+    if m:
+        where = m["accelerator"] or f"a {m['memory_gb']:g} GB budget"
+        tokens = f" × {m['seq_len']} tokens" if m["seq_len"] else ""
+        body.append(
+            f"\nYour model: {m['name']}, {m['parameters'] / 1e9:.3g} B parameters, on {where} "
+            f"({m['dtype']}, micro-batch {m['batch_size']}{tokens}): configurations predicted not to fit "
+            "are excluded",
+            style="cyan",
+        )
+        if m["warning"]:
+            body.append(f"\n{m['warning']}", style="bold yellow")
+    v = answer.validation
+    if v and v["passed"]:
+        body.append(
+            f"\nValidated on this hardware: {v['checks']} checks passed (advisor validate, {v['at']})",
+            style="green",
+        )
+    elif v:
+        body.append(
+            f"\nValidation FAILED on this hardware ({v['at']}): {', '.join(v['failed'])}", style="bold red"
+        )
+    if measure:
+        body.append(f"\nMeasure: {measure.label}", style="dim")
+        if measure.note:
+            body.append(f" — {measure.note}", style="dim")
+    direction = "lower is better" if metric.direction == "min" else "higher is better"
+    title = f"{answer.family}: optimize {metric.name} ({direction})"
+    return Panel(body, title=title, title_align="left", border_style="green" if pick else "red")
+
+
+def _tie_how(answer: Answer, rules: Rules) -> str:
+    """Why the pick is tied: no significant difference after Holm's correction, and/or equal means."""
+    tests = [e.test for e in answer.tied_with if e.test]
+    alpha = rules.flowchart["ranking"]["alpha"]
+    how = []
+    if any(t["kind"] and not t["within_tolerance"] for t in tests):
+        how.append(f"not significantly different at α = {alpha:g}, Holm-adjusted")
+    if any(t["within_tolerance"] for t in tests):
+        notes = sorted({t["note"] for t in tests if t["within_tolerance"] and t["note"]})
+        how.append("within the tie tolerance" + (f"; {', '.join(notes)}" if notes else ""))
+    return "; ".join(how)
+
+
+def _entries_table(title: str, entries: list[Entry], show_tie: bool = False) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("optimizer")
+    table.add_column("strategy")
+    table.add_column("value", justify="right")
+    table.add_column("evidence")
+    table.add_column("vs pick", justify="right")
+    for e in entries:
+        mark = " ≈" if show_tie and e.tied else ""
+        evidence = Text(_seeds(e))
+        if e.flag:
+            evidence.append(f"\n{flag_text(e)}", style="bold red")
+        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit) + mark, evidence, test_brief(e))
+    return table
+
+
+def _excluded_table(entries: list[Entry]) -> Table:
+    table = Table(title="Excluded", title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("optimizer")
+    table.add_column("strategy")
+    table.add_column("value", justify="right")
+    table.add_column("reason", style="red")
+    for e in entries:
+        reason = e.reason or ""
+        if e.flag and e.seeds_ok:  # with no ok seed, the reason already gives the statuses
+            reason += f"\n{flag_text(e)}"
+        table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit), reason)
+    return table
+
+
+def frontier_view(
+    points: list[FrontierPoint],
+    rules: Rules,
+    x: str,
+    y: str,
+    title: str | None = None,
+    evidence: str | None = None,
+) -> RenderableType:
+    """A table of every point (frontier marked) and a terminal scatter plot with the same labels."""
+    xm, ym = rules.metric(x), rules.metric(y)
+    table = Table(
+        title=title or f"Pareto frontier: {y} vs {x}",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        caption=evidence,
+        caption_justify="left",
+    )
+    for col in (
+        "pt",
+        "optimizer",
+        "strategy",
+        f"{x} ({xm.unit})" if xm.unit else x,
+        f"{y} ({ym.unit})" if ym.unit else y,
+        "frontier",
+    ):
+        table.add_column(col)
+    for label, p in zip(point_labels(points), points, strict=True):
+        style = "bold green" if p.on_frontier else "yellow" if p.within_noise else None
+        mark = "●" if p.on_frontier else "≈ (within noise)" if p.within_noise else ""
+        strategy = p.strategy + (" ⚠" if p.flag else "")
+        table.add_row(
+            label, p.optimizer, strategy, _with_ci(p.x, p.x_ci), _with_ci(p.y, p.y_ci), mark, style=style
+        )
+    plot = scatter(points, x_label=axis_label(xm), y_label=axis_label(ym), x_dir=xm.direction)
+    flagged = [p for p in points if p.flag]
+    if not flagged:
+        return RGroup(table, plot)
+    flags = Text(style="bold red")
+    for p in flagged:
+        flags.append(f"⚠ {p.optimizer} + {p.strategy}: {p.flag}; its means are over the ok seeds only\n")
+    return RGroup(table, flags, plot)
+
+
+def axis_label(metric: Metric) -> str:
+    """'time, s/epoch (lower is better)': the unit and the direction, never a bare 'min' read as minutes."""
+    unit = f", {metric.unit}" if metric.unit else ""
+    return f"{metric.name}{unit} ({'lower' if metric.direction == 'min' else 'higher'} is better)"
+
+
+def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
+    """Family → metric → optimizer → strategy, as the paper's Figure 1, with the counts under it."""
+    tree = Tree("[bold]Recommendation flowchart[/bold]")
+    by_family: dict[str, Tree] = {}
+    for p in paths:
+        node = by_family.get(p.family)
+        if node is None:
+            label = f"[bold]{p.family}[/bold]"
+            if p.answer and p.answer.group:
+                label += f"  [dim]{p.answer.group.label}[/dim]"
+            node = by_family[p.family] = tree.add(label)
+        pick = p.pick
+        if pick:
+            flag = f"  [bold red]⚠ {pick.flag}[/bold red]" if pick.flag else ""
+            node.add(
+                f"{p.metric} → [green]{pick.optimizer}[/green] → [cyan]{pick.strategy}[/cyan]  "
+                f"[dim]{fmt(pick.value, pick.unit)}[/dim]{_separation(pick, p.answer.tie_break)}{flag}"
+            )
+        else:
+            why = (
+                "no evidence"
+                if not p.answer
+                else "no figure"
+                if p.answer.measure is None
+                else "nothing qualifies"
+            )
+            node.add(f"{p.metric} → [red]{why}[/red]")
+    counts = Text(
+        f"\n{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} of them tied.  "
+        "Optimizers on best paths: "
+    )
+    counts.append(_counts(summary["optimizers"], summary["optimizers_tied"]))
+    counts.append(".  Strategies: " + _counts(summary["strategies"], summary["strategies_tied"]))
+    return RGroup(tree, counts)
+
+
+def _separation(pick: Entry, tie_break: str | None) -> str:
+    """How the pick stands against its runner-up: 'p=0.003 vs X', '(tied, p=0.21 vs X)', '(tied)'."""
+    t = pick.test
+    if t is None:
+        return ""
+    broken = f"; tie-break: {tie_break}" if tie_break else ""
+    if t["kind"] is None:
+        return f" [yellow](tied, no test{broken})[/yellow]" if pick.tied else ""
+    if pick.tied:
+        return f" [yellow](tied, {fmt_p(t['p_holm'])} vs {t['versus']}{broken})[/yellow]"
+    decided = t.get("decided_by")
+    if decided:  # practically equal on the metric (checkpointing's loss is standard's): decided by the next
+        return (
+            f"  [green]equal {pick.metric}, {decided['metric']} {fmt_p(decided['p'])}[/green] "
+            f"[dim]vs {t['versus']}[/dim]"
+        )
+    return f"  [green]{fmt_p(t['p_holm'])}[/green] [dim]vs {t['versus']}[/dim]"
+
+
+def _counts(counts: dict, tied: dict) -> str:
+    """'sgd 5 (1 tied), adam 3': how many best paths, and how many of those are tied."""
+    return ", ".join(
+        f"{k} {v}" + (f" ({tied[k]} tied)" if tied.get(k) else "") for k, v in counts.items()
+    ) or ("none")
+
+
+def stats_view(stats: dict, path: str) -> RenderableType:
+    head = Text(f"{path}\n", style="bold")
+    head.append(
+        f"{stats['runs']} runs, {stats['metrics']} run-level figures, {stats['epochs']} epoch rows; "
+        f"schema {', '.join(stats['schema'])}\n"
+    )
+    head.append("By status: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["by_status"].items())))
+    groups = Table(
+        title="Evidence groups (never ranked against each other)",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+    )
+    for col in ("group", "family", "source", "model", "hardware", "preset", "protocol", "runs", "seeds"):
+        groups.add_column(col)
+    for g in stats["groups"]:
+        groups.add_row(
+            str(g["id"]) + (" (yours)" if g["yours"] else ""),
+            g["family"],
+            g["source"],
+            g["model"],
+            g["hardware"],
+            g["preset"],
+            g["protocol"],
+            str(g["runs"]),
+            str(g["seeds"]),
+        )
+    return RGroup(head, groups)
+
+
+def runs_view(runs: list[dict]) -> Table:
+    table = Table(show_edge=False, pad_edge=False)
+    cols = [c for c in RUN_COLUMNS if c not in ("device", "error", "started_at", "finished_at")]
+    for col in cols:
+        table.add_column(col)
+    for r in runs:
+        style = None if r["status"] == "ok" else "red"
+        table.add_row(*("" if r[c] is None else str(r[c]) for c in cols), style=style)
+    return table
+
+
+def validation_view(checks: list[dict], hardware: str) -> RenderableType:
+    table = Table(
+        title=f"advisor validate on {hardware}", title_justify="left", show_edge=False, pad_edge=False
+    )
+    for col in ("check", "model", "result", "measured", "tolerance", "detail"):
+        table.add_column(col)
+    for c in checks:
+        result = "[green]pass[/green]" if c["passed"] else "[bold red]FAIL[/bold red]"
+        table.add_row(
+            c["name"], c["model"] or "", result, f"{c['value']:.3g}", f"{c['tolerance']:.3g}", c["detail"]
+        )
+    failed = [c for c in checks if not c["passed"]]
+    verdict = (
+        Text(f"All {len(checks)} checks passed.", style="bold green")
+        if not failed
+        else Text(
+            f"{len(failed)} of {len(checks)} checks FAILED: "
+            + ", ".join(f"{c['name']} ({c['model']})" if c["model"] else c["name"] for c in failed),
+            style="bold red",
+        )
+    )
+    return RGroup(table, verdict)
+
+
+def claims_view(verdicts) -> RenderableType:
+    style = {"holds": "green", "does not hold": "bold red", "not enough evidence": "yellow"}
+    table = Table(
+        title="The paper's claims, re-checked",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        show_lines=True,
+    )
+    for col in ("claim", "paper", "found here", "verdict"):
+        table.add_column(col)
+    for v in verdicts:
+        table.add_row(
+            f"[bold]{v.id}[/bold]\n{v.text}", v.paper, v.found, f"[{style[v.verdict]}]{v.verdict}[/]"
+        )
+    counts = ", ".join(f"{sum(v.verdict == k for v in verdicts)} {k}" for k in style)
+    groups = sorted({g for v in verdicts for g in v.evidence})
+    return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))
+
+
+def fit_view(answer) -> RenderableType:
+    """`advisor fit`: the model and accelerator, every configuration, where the memory goes, how to run it."""
+    q, rows = answer.question, answer.rows
+    head = Text()
+    family = q.model.family.name if q.model.listed else "unknown family"
+    head.append(f"{q.model.name}", style="bold")
+    head.append(
+        f" ({q.model.model_type or 'reference model'}, {family}) · {answer.n_params / 1e9:.3g} B parameters\n"
+    )
+    where = q.accelerator.name if q.accelerator else "a custom budget"
+    head.append(f"{where}: {q.budget_gb:.1f} GB · {q.dtype} · micro-batch {q.batch_size}")
+    head.append(f" × {q.seq_len} tokens" if q.seq_len else "")
+    head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
+    head.append(f" · accumulation {q.accumulation_steps} · attention {answer.attention}\n")
+    fitting = answer.fitting
+    if fitting:
+        best = fitting[0]
+        speed = f", {best.predicted_step_s:.3g} s/step" if best.predicted_step_s else ""
+        head.append(f"{len(fitting)} of {len(rows)} configurations fit. ", style="bold green")
+        head.append(f"First: {best.optimizer} + {best.strategy} ({best.total:.1f} GB{speed})")
+    else:
+        head.append(f"None of {len(rows)} configurations fits.", style="bold red")
+    cache = (
+        "every prediction from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
+    )
+    head.append(f"\n{cache}", style="dim")
+    parts = [Panel(head, title="advisor fit", title_align="left", border_style="green" if fitting else "red")]
+    parts += [_fit_table(answer), _memory_table(answer)]
+    shown = fitting[0] if fitting else min(rows, key=lambda r: r.total)
+    label = "Run it" if fitting else "The smallest configuration"
+    parts.append(
+        Text(f"{label} ({shown.optimizer} + {shown.strategy}) with Hugging Face Trainer:", style="bold")
+    )
+    parts.append(Text(shown.trainer_code + "\n"))
+    if answer.beyond:
+        beyond = Text("Beyond this tool's grid\n", style="bold yellow")
+        for line in answer.beyond:
+            beyond.append(f"• {line}\n")
+        parts.append(beyond)
+    notes = Text("Assumptions\n", style="bold")
+    notes.append(
+        f"• Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}\n",
+        style="dim",
+    )
+    for a in answer.assumptions:
+        notes.append(f"• {a}\n", style="dim")
+    parts.append(notes)
+    return RGroup(*parts)
+
+
+SHORT_STRATEGY = {"checkpointing+accumulation": "ckpt+accum"}  # tables must fit 80 columns
+
+
+def _fit_table(answer) -> Table:
+    table = Table(
+        title="Configurations (fits first, fastest first)", title_justify="left", box=None, pad_edge=False
+    )
+    for col in (
+        "optimizer",
+        "strategy",
+        "fits",
+        "GB",
+        "max batch",
+        "s/step",
+        "tokens/s" if answer.question.seq_len else "samples/s",
+    ):
+        table.add_column(
+            col, justify="left" if col in ("optimizer", "strategy", "fits") else "right", no_wrap=True
+        )
+    for r in answer.rows:
+        rate = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
+        table.add_row(
+            r.optimizer,
+            SHORT_STRATEGY.get(r.strategy, r.strategy),
+            "[green]✓[/green]" if r.fits else "[red]✗[/red]",
+            f"{r.total:.1f}",
+            str(r.max_batch_size) if r.max_batch_size else "—",
+            fmt(r.predicted_step_s),
+            rate,
+        )
+    return table
+
+
+def _memory_table(answer) -> Table:
+    table = Table(
+        title="Where the memory goes (GB, at the step's peak)", title_justify="left", box=None, pad_edge=False
+    )
+    cols = {
+        "parameters": "params",
+        "gradients": "grads",
+        "optimizer_state": "state",
+        "activations": "acts",
+        "temporaries": "temps",
+        "overhead": "other",
+        "total": "total",
+    }
+    table.add_column("optimizer", no_wrap=True)
+    table.add_column("strategy", no_wrap=True)
+    for header in cols.values():
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in answer.rows:
+        table.add_row(
+            r.optimizer, SHORT_STRATEGY.get(r.strategy, r.strategy), *(f"{r.memory_gb[c]:.1f}" for c in cols)
+        )
+    return table
+
+
+def gpus_view(rules: Rules) -> Table:
+    table = Table(
+        title="Accelerators (rules/hardware.toml)", title_justify="left", show_edge=False, pad_edge=False
+    )
+    for col in ("--gpu", "name", "memory GB", "bf16", "fp16", "fp32 TFLOP/s", "GB/s"):
+        table.add_column(col)
+    for key, a in rules.accelerators.items():
+        table.add_row(
+            key,
+            a.name,
+            f"{memory_gb(a):.1f}",
+            *(fmt(a.tflops.get(p)) for p in ("bf16", "fp16", "fp32")),
+            fmt(a.bandwidth_gbs),
+        )
+    return table

@@ -1,0 +1,470 @@
+"""The data a grid trains on (`--data`), resolved once per `advisor measure`, in its own process, before
+the grid starts; then every cell reads local files only.
+
+- `generated`: the default, offline and deterministic corpus of `measure.data`.
+- `mmimdb`: the paper's MM-IMDb, pinned to the commit the paper cites, through the Hugging Face cache.
+- a Hugging Face dataset id (`owner/name`, or `owner/name@revision`), pinned to the commit it resolves to.
+- a local path: a JSONL, JSON, CSV, Parquet or text file, a folder of them, a folder written by
+  `save_to_disk`, or an image folder (class subfolders, or a metadata.jsonl with captions).
+
+Hub data is downloaded here, once, its size stated before it starts. Whether the hub can be reached is
+asked once, with one short request (about a second, no retries); when it cannot, the data comes from the
+local cache if it is there, else the command stops or falls back to the generated corpus, as the user
+chose, in one line, and every run records it. Each run records what it trained on: the data's identity (a
+revision or a content hash) is part of its evidence group, so runs on different data are never ranked
+together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from advisor.errors import Error, InputError
+from advisor.rules import Rules
+from measure.config import GridCell
+from measure.data import encoded
+from measure.families import family
+from measure.families.base import ROLE_COLUMNS, Sizes
+from measure.models import sized_reference, sized_user_config
+
+GENERATED, MMIMDB = "generated", "mmimdb"
+MMIMDB_REPO = "pranavmr/MM-IMDb"
+MMIMDB_REVISION = "ad5b99488129e67641e4044e4a3c947af61a3c5b"  # the commit the paper cites (its ref. 21)
+PROBE_TIMEOUT_S = 1.0  # one request; DNS included (a machine without network may take 20 s to say so)
+DEFAULT_ENDPOINT = "https://huggingface.co"
+SPLIT_SEED = 20_260_805  # the fixed order that splits a dataset into held-out and training rows
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+
+
+class DataError(InputError):
+    """A --data that cannot be used, with a sentence saying what to do (exit code 2); `param`: the flag to fix."""
+
+    def __init__(self, message: str, param: str = "--data"):
+        super().__init__(message, param)
+
+
+class HubUnreachable(Error):
+    """The Hugging Face hub cannot give the data asked for: the machine's network, not the user's argument."""
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """What --data resolved to: what the cells read, and the identity runs record and are grouped by."""
+
+    data: str  # as asked: generated, mmimdb, owner/name[@revision], or the absolute path
+    path: str | None  # the local file or folder the cells read (None: the generated corpus)
+    identity: str  # 'generated', 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:1a2b3c4d5e6f'
+    # what happened on the way (a fallback, the cache used offline): the same words every time, since the
+    # cell key hashes it (the reason, which varies, is said once on the terminal)
+    note: str | None = None
+
+    def config_fields(self) -> dict:
+        """The RunConfig fields that carry this choice into every cell. The generated corpus leaves data_id at
+        its default (None), so that its cells keep the keys they had before --data: a re-run skips them."""
+        identity = None if self.identity == GENERATED else self.identity
+        return dict(data=self.data, data_path=self.path, data_id=identity, data_note=self.note)
+
+
+def resolve(spec: str, fallback: bool = False, say: Callable[[str], None] = lambda line: None) -> DataChoice:
+    """The data --data names, ready for the cells: hub data downloaded (or found in the cache), a local
+    path checked and hashed. Raises DataError with a sentence to act on."""
+    spec = (spec or GENERATED).strip()
+    if spec == GENERATED:
+        return DataChoice(GENERATED, None, GENERATED)
+    if spec == MMIMDB:
+        return _from_hub(MMIMDB_REPO, MMIMDB_REVISION, spec, fallback, say)
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _local(path)
+    if HUB_ID.match(spec) and path.suffix.lower() not in FILE_BUILDERS:
+        repo, _, revision = spec.partition("@")
+        return _from_hub(repo, revision or None, spec, fallback, say)
+    raise DataError(
+        f"no file or folder at {spec}, and it is not a Hugging Face dataset id (owner/name): pass "
+        "generated, mmimdb, a dataset id, or the path of a JSONL, CSV, Parquet file or a dataset folder."
+    )
+
+
+# --- the hub --------------------------------------------------------------------------------------------
+
+
+def endpoint() -> str:
+    """The hub's address as huggingface_hub reads it ($HF_ENDPOINT), read now, not at import."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def offline_by_env() -> bool:
+    """Whether the user told the Hugging Face libraries to stay offline."""
+    return any(
+        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached, or None when it answers one request within `timeout` seconds. Any
+    HTTP answer counts; the request runs in a thread so that a DNS lookup that hangs cannot hold us."""
+    if offline_by_env():
+        return "HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set"
+    outcome: dict[str, str | None] = {}
+
+    def ask() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint(), method="HEAD"), timeout=timeout).close()
+            outcome["why"] = None
+        except urllib.error.HTTPError:
+            outcome["why"] = None  # it answered
+        except Exception as e:  # noqa: BLE001  no route, no DNS, refused, TLS: unreachable all the same
+            outcome["why"] = f"{endpoint()}: {getattr(e, 'reason', e)}"
+
+    probe = threading.Thread(target=ask, name="advisor-hub-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return outcome.get("why", f"{endpoint()} did not answer within {timeout:g} s")
+
+
+def _from_hub(repo: str, revision: str | None, asked: str, fallback: bool, say) -> DataChoice:
+    """A hub dataset as a local snapshot: downloaded at a pinned commit when the hub answers, else from the
+    local cache, else the generated corpus (fallback) or a DataError."""
+    why = unreachable()
+    if why is None:
+        folder = _download(repo, revision, asked, say)
+        return DataChoice(asked, folder, f"{repo}@{Path(folder).name[:7]}")
+    folder = _cached(repo, revision or "main")
+    if folder is not None:
+        say(f"The Hugging Face hub cannot be reached ({why}): {repo} from the local cache.")
+        return DataChoice(
+            asked, folder, f"{repo}@{Path(folder).name[:7]}", "hub unreachable: the local cache's copy"
+        )
+    if not fallback:
+        raise HubUnreachable(
+            f"the Hugging Face hub cannot be reached ({why}) and {repo} is not in the local cache: connect, "
+            "pass --fallback to measure on generated data instead, or --data with a local copy."
+        )
+    say(f"The Hugging Face hub cannot be reached ({why}): measuring on generated data instead (recorded).")
+    return DataChoice(
+        GENERATED, None, GENERATED, f"asked for {asked}; hub unreachable: generated data instead"
+    )
+
+
+def _download(repo: str, revision: str | None, asked: str, say) -> str:
+    """The dataset's snapshot at its pinned commit, its size said before any download starts."""
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = HfApi(endpoint=endpoint()).dataset_info(repo, revision=revision, files_metadata=True)
+    except (RepositoryNotFoundError, RevisionNotFoundError) as e:
+        raise DataError(
+            f"the hub has no dataset {repo}" + (f" at revision {revision}" if revision else "") + " that you "
+            "can read (a private or gated one needs `hf auth login`): check the id."
+        ) from e
+    except HfHubHTTPError as e:
+        raise HubUnreachable(f"the hub refused {repo}: {e}") from e
+    cached = _cached(repo, info.sha)
+    size = sum(s.size or 0 for s in info.siblings or [])
+    where = (
+        "in the local cache"
+        if cached
+        else f"{size / 1e9:.2f} GB to download once into the Hugging Face cache"
+    )
+    say(f"{asked}: {repo} at commit {info.sha[:7]}, {where}.")
+    return cached or snapshot_download(repo, repo_type="dataset", revision=info.sha, endpoint=endpoint())
+
+
+def _cached(repo: str, revision: str) -> str | None:
+    """The dataset's snapshot in the local Hugging Face cache at that revision, or None; never the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(repo, repo_type="dataset", revision=revision, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
+        return None
+
+
+# --- local files ----------------------------------------------------------------------------------------
+
+
+def _local(path: Path) -> DataChoice:
+    """A local file or folder: checked to be a format we read, and named by its content's hash."""
+    path = path.resolve()
+    if path.is_file() and path.suffix.lower() not in FILE_BUILDERS:
+        raise DataError(
+            f"cannot read {path.name}: {path.suffix or 'no extension'} is not a format measure reads. Use JSONL, "
+            "JSON, CSV, Parquet or text files, a save_to_disk folder, or an image folder."
+        )
+    if path.is_dir():
+        _one_kind(path)
+    return DataChoice(str(path), str(path), f"{path.name} sha256:{content_hash(path)[:12]}")
+
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+METADATA = {"metadata.jsonl", "metadata.csv", "metadata.parquet"}  # an image folder's captions or labels
+
+
+def _one_kind(folder: Path) -> None:
+    """Refuse a folder of several kinds of data (JSONL beside CSV, files beside images): datasets would read
+    one kind and silently leave out the others."""
+    kinds = set()
+    for f in _data_files(folder):
+        suffix = f.suffix.lower()
+        if f.name not in METADATA and (suffix in IMAGE_SUFFIXES or suffix in FILE_BUILDERS):
+            kinds.add("images" if suffix in IMAGE_SUFFIXES else FILE_BUILDERS[suffix])
+    if len(kinds) > 1:
+        raise DataError(
+            f"{folder.name} mixes {', '.join(sorted(kinds))} files: only one kind would be read. Put one kind "
+            "in a folder (an image folder may add a metadata.jsonl), or pass one file."
+        )
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of a file's bytes, or of a folder's files (relative paths and bytes, in name order)."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(_data_files(path))
+    for f in files:
+        if path.is_dir():
+            digest.update(str(f.relative_to(path)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _data_files(folder: Path) -> list[Path]:
+    """A folder's files, hidden ones (a .cache, .git) left out."""
+    return [
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(folder).parts)
+    ]
+
+
+@dataclass
+class Table:
+    """A dataset read from local files: its rows, the split they came from, and the columns it has."""
+
+    rows: object  # a datasets.Dataset
+    split: str
+    name: str  # the file or folder, for messages
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.rows.column_names)
+
+
+def open_table(path: str) -> Table:
+    """The dataset at a local path (a hub snapshot too) through `datasets`: load_from_disk for a
+    save_to_disk folder, the file's builder for a file, and datasets' own inference for a folder (parquet,
+    JSON, CSV, text, imagefolder). Its train split, or its first."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    where = Path(path)
+    if where.is_file() and where.stat().st_size == 0:
+        raise DataError(f"{where.name} is empty: pass a file with your examples, one per row.")
+    try:
+        loaded = _load(where)
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001  datasets' own errors: mixed formats, malformed rows
+        cause = _root(e)  # datasets wraps a malformed row's error in a generic one
+        raise DataError(
+            f"cannot read {where.name} as a dataset ({type(cause).__name__}: {_first_line(cause)}): check that it is "
+            "valid JSONL, CSV, Parquet or text, one example per row (an image folder: images in class "
+            "subfolders, or a metadata.jsonl naming each file_name)."
+        ) from e
+    if isinstance(loaded, datasets.DatasetDict):
+        split = "train" if "train" in loaded else next(iter(loaded))
+        return Table(loaded[split], split, where.name)
+    return Table(loaded, "train", where.name)
+
+
+def _load(where: Path):
+    import datasets
+
+    if where.is_file():
+        return datasets.load_dataset(FILE_BUILDERS[where.suffix.lower()], data_files=str(where))
+    if (where / "dataset_info.json").is_file() or (where / "dataset_dict.json").is_file():
+        return datasets.load_from_disk(str(where))
+    if not _data_files(where):
+        raise DataError(f"the folder {where.name} holds no files: pass a folder with your data files.")
+    return datasets.load_dataset(str(where))
+
+
+def role_columns(table: Table, family) -> dict[str, str]:
+    """The column that plays each role the family reads (text; image + label; image + caption), by the
+    common names of ROLE_COLUMNS; DataError naming the columns found and the ones needed."""
+    found, missing = {}, []
+    for role in family.roles:
+        column = next((c for c in ROLE_COLUMNS[role] if c in table.columns and c not in found.values()), None)
+        if column is None:
+            missing.append(role)
+        else:
+            found[role] = column
+    if missing:
+        needed = "; ".join(f"{role}: one of {', '.join(ROLE_COLUMNS[role])}" for role in missing)
+        raise DataError(
+            f"{table.name} has columns {', '.join(table.columns) or '(none)'}; the {family.name} family "
+            f"({family.task}) needs {' and '.join(family.roles)} columns ({needed}). Rename a column, or "
+            "choose another --data."
+        )
+    return found
+
+
+def family_rows(table: Table, family):
+    """(rows, classes): the table's rows as the family's role columns, labels as class indices 0..k-1
+    (classes: k, or None for a family without labels)."""
+    columns = role_columns(table, family)
+    rows = table.rows.select_columns(list(columns.values()))
+    classes = None
+    if "label" in columns:
+        indices, classes = class_indices(rows, columns["label"])
+        rows = rows.remove_columns(columns.pop("label")).add_column("label", indices)
+    return rows.rename_columns({c: role for role, c in columns.items() if c != role}), classes
+
+
+def class_indices(rows, column: str) -> tuple[list[int], int]:
+    """A label column as class indices and their count: a ClassLabel's own, integers as they are, names
+    (a list's first, for multi-label data such as MM-IMDb's genres) in sorted order."""
+    feature = rows.features[column]
+    if hasattr(feature, "names"):
+        return list(rows[column]), len(feature.names)
+    values = [v[0] if isinstance(v, list) and v else v for v in rows[column]]
+    if all(isinstance(v, int | np.integer) for v in values):
+        return [int(v) for v in values], max(values, default=0) + 1
+    names = sorted({str(v) for v in values})
+    index = {name: i for i, name in enumerate(names)}
+    return [index[str(v)] for v in values], len(names)
+
+
+# --- held-out and training rows ----------------------------------------------------------------------------
+
+
+def heldout_size(n_rows: int, wanted: int) -> int:
+    """Examples per held-out set: the preset's, at most a fifth of the data each."""
+    return min(wanted, n_rows // 5)
+
+
+def split_rows(n_rows: int, wanted_heldout: int) -> dict[str, np.ndarray]:
+    """Row indices of the test set, the validation set and the training pool: a fixed shuffle (the same for
+    every run, seed and configuration, and independent of the file's order: an image folder is sorted by
+    class), then test, validation, the rest. The three are disjoint."""
+    order = np.random.default_rng(SPLIT_SEED).permutation(n_rows)
+    e = heldout_size(n_rows, wanted_heldout)
+    return {"test": order[:e], "validation": order[e : 2 * e], "train": order[2 * e :]}
+
+
+def usable(n_rows: int, wanted_heldout: int, batch_size: int) -> bool:
+    """Whether n_rows leave two held-out sets and a training batch."""
+    return (
+        heldout_size(n_rows, wanted_heldout) > 0
+        and n_rows - 2 * heldout_size(n_rows, wanted_heldout) >= batch_size
+    )
+
+
+def check_rows(name: str, n_rows: int, wanted_heldout: int, batch_size: int) -> None:
+    """Refuse a dataset too small to hold out examples and still train on a batch."""
+    if n_rows == 0:
+        raise DataError(f"{name} holds no examples: pass a dataset with some.")
+    if not usable(n_rows, wanted_heldout, batch_size):
+        least = next(n for n in itertools.count(5) if usable(n, wanted_heldout, batch_size))
+        raise DataError(
+            f"{name} has {n_rows} examples, too few to hold out two test sets and train on a batch of "
+            f"{batch_size}: add examples (at least {least}), or lower --batch-size."
+        )
+
+
+@dataclass
+class DataView:
+    """A dataset as one cell reads it: the family's role columns, its classes, and its fixed split into a
+    test set, a validation set and the training pool."""
+
+    rows: object  # a datasets.Dataset of role columns
+    classes: int | None
+    split: str  # the dataset's split the rows came from ('train')
+    parts: dict[str, np.ndarray]
+
+    def training(self, family, shape, n: int, seed: int):
+        """The first n examples of the training pool, encoded, shuffled by the seed."""
+        rows = self.rows.select(self.parts["train"][:n])
+        return encoded(rows, family, shape).shuffle(seed=seed)
+
+    def heldout(self, family, shape, split: str):
+        """The test or validation set, encoded, in its fixed order."""
+        return encoded(self.rows.select(self.parts[split]), family, shape)
+
+    def counts(self, n_train: int) -> dict[str, int]:
+        """How many examples each part holds, as a run records them."""
+        return {
+            "total": len(self.rows),
+            "train": min(n_train, len(self.parts["train"])),
+            "test": len(self.parts["test"]),
+            "validation": len(self.parts["validation"]),
+        }
+
+
+def open_view(path: str, family, wanted_heldout: int) -> DataView:
+    """The dataset at a resolved local path as the family reads it, split for held-out evaluation."""
+    table = open_table(path)
+    rows, classes = family_rows(table, family)
+    return DataView(rows, classes, table.split, split_rows(len(rows), wanted_heldout))
+
+
+def _root(e: BaseException) -> BaseException:
+    """The innermost cause of an exception chain."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        e = e.__cause__ or e.__context__
+    return e
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+# --- the whole grid, checked before any cell starts ----------------------------------------------------
+
+
+def check_cells(cells: list[GridCell], rules: Rules) -> None:
+    """Refuse (DataError), before any cell starts, data or sizes that a model of the grid cannot train on:
+    a missing column, too few examples, a sequence or image size the model cannot take."""
+    tables, seen = {}, set()
+    for cell in cells:
+        cfg = cell.config.resolved()
+        key = (cfg.model, cfg.preset, cfg.batch_size, cfg.eval_examples, cfg.seq_len, cfg.image_size)
+        if key not in seen:
+            seen.add(key)
+            fam = family(cell.model.family.name, rules)
+            classes = None
+            if cfg.data_path is not None:
+                table = tables.setdefault(cfg.data_path, open_table(cfg.data_path))
+                rows, classes = family_rows(table, fam)
+                check_rows(table.name, len(rows), cfg.eval_examples, cfg.batch_size)
+            if cfg.data_path is not None or cfg.seq_len or cfg.image_size:  # else: the preset as it is
+                check_sizes(GridCell(cfg, cell.model), fam, classes, rules)
+
+
+def check_sizes(cell: GridCell, fam, classes: int | None, rules: Rules) -> None:
+    """Whether the model can be built to --seq-len, --image-size and the data's classes (configs only)."""
+    cfg = cell.config
+    sizes = Sizes(seq_len=cfg.seq_len, image_size=cfg.image_size, num_labels=classes)
+    try:
+        if cell.model.reference:
+            sized_reference(fam, cfg.preset, sizes, rules)
+        else:
+            sized_user_config(cell.model, sizes, rules)
+    except ValueError as e:
+        flag = next((f for f in ("--seq-len", "--image-size", "tokenizer") if f in str(e)), "--data")
+        raise DataError(f"{cfg.model}: {e}.", param="--model" if flag == "tokenizer" else flag) from e

@@ -1,0 +1,214 @@
+"""What `advisor measure` (and `advisor.measure(...)`) is asked, as one object: the models, the base run
+configuration, the data, the scale-out (executor, shard), the tuning and the order. `check()` refuses a
+request that cannot run before anything is built; `plan()` gives the cells it would run; `run()` runs them
+into a KB; `price()` is `--plan`: their predicted cost, nothing trained."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from advisor.errors import Error, InputError
+from advisor.model_ref import ResolvedModel
+from advisor.places import resolve_write_path, user_dir
+from advisor.rules import Rules
+from measure.config import GridCell, RunConfig
+from measure.dataset import check_cells, resolve
+from measure.grid import GridRun, run_grid
+from measure.hardware import resolve_device
+from measure.plan import Plan, plan_cells
+from measure.progress import Reporter
+from measure.runner import CellResult, plan_grid
+from measure.shard import Shard, parse
+from measure.tuning import Tuned, tune
+
+EXECUTORS = ("local", "ray")
+MEASURED_DTYPES = ("fp32", "bf16-mixed")  # what the trainer runs (measure/strategies.py: autocast)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureRequest:
+    """A grid to measure, every field as `advisor measure` names its option."""
+
+    models: tuple[ResolvedModel, ...]  # --model, resolved once (`all`: every family's reference model)
+    base: RunConfig = field(default_factory=RunConfig)  # --preset, --epochs, --lr, --dtype, --protocol, ...
+    optimizers: tuple[str, ...] = ()  # --optimizer; () the family's grid (rules/families.toml)
+    strategies: tuple[str, ...] = ()  # --strategy; () the family's grid
+    seeds: int = 1  # --seeds: every cell over seeds 0..N-1
+    data: str = "generated"  # --data: generated, mmimdb, a Hugging Face dataset id, or a local path
+    fallback: bool = False  # --fallback: generated data when the hub cannot be reached
+    tune_lr: bool = False  # --tune-lr: each optimizer's rate chosen first (fair protocol)
+    order_seed: int | None = None  # --order-seed: the shuffled order; None a fresh one, recorded
+    executor: str = "local"  # --executor: local (one cell at a time here) | ray
+    ray_address: str | None = None  # --ray-address: the cluster to join (None: start one here)
+    cpus_per_cell: int | None = None  # --cpus-per-cell, with ray
+    shard: str | None = None  # --shard K/N | auto: one deterministic share of the grid
+    db: Path | None = None  # --db: the KB to write (None: $ADVISOR_DB, else the user's; a shard's own)
+
+    def check(self, pricing: bool = False) -> Shard | None:
+        """Refuse flags that cannot go together (InputError naming the flag), before torch builds anything;
+        the parsed shard, if one. `pricing`: for --plan, which trains nothing."""
+        if self.tune_lr and self.base.lr is not None:
+            raise InputError("--tune-lr chooses each optimizer's rate: drop --lr.", "--tune-lr")
+        if self.tune_lr and self.base.protocol == "paper":
+            raise InputError(
+                "the paper's protocol shares one rate per model: --tune-lr needs --protocol fair.",
+                "--tune-lr",
+            )
+        if self.base.dtype not in MEASURED_DTYPES:
+            raise InputError(
+                f"advisor measure trains in {' or '.join(MEASURED_DTYPES)}; {self.base.dtype} is for advisor "
+                "fit's predictions.",
+                "--dtype",
+            )
+        if self.executor not in EXECUTORS:
+            raise InputError(
+                f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "--executor"
+            )
+        for flag, value in (("--ray-address", self.ray_address), ("--cpus-per-cell", self.cpus_per_cell)):
+            if value is not None and self.executor != "ray":
+                raise InputError(f"{flag} applies to --executor ray only.", flag)
+        if self.executor == "ray" and not pricing:
+            self._check_ray()
+        if self.shard is None:
+            return None
+        if self.tune_lr:
+            raise InputError(
+                "every shard would tune the same rates: tune once (advisor measure ... --tune-lr --seeds 1), "
+                "then pass the rates with --lr, or run the grid unsharded.",
+                "--shard",
+            )
+        return parse(self.shard)
+
+    def _check_ray(self) -> None:
+        if importlib.util.find_spec("ray") is None:
+            raise Error("--executor ray needs Ray: pip install 'advisor[cluster]'.")
+        for model in self.models:
+            if not model.reference:
+                raise InputError(
+                    f"--executor ray runs the reference models; {model.name} runs with --executor local, which "
+                    "first predicts whether it fits the machine it runs on.",
+                    "--model",
+                )
+
+    def plan(self, rules: Rules, say: Callable[[str], None] = lambda line: None) -> Grid:
+        """The cells this request runs: the grid with its data resolved once, here (the hub asked once, a
+        download done before any cell starts) and checked against every model, then this shard's share."""
+        shard = self.check()
+        if self.executor == "local":
+            try:  # a GPU asked for and absent is the user's to fix (a cluster's GPUs are not this host's)
+                resolve_device(self.base.device)
+            except ValueError as e:
+                raise InputError(str(e), "--device") from e
+        cells = plan_grid(self.models, rules, self.optimizers, self.strategies, self.seeds, self.base)
+        choice = resolve(self.data, self.fallback, say=say)
+        cells = [c.with_config(**choice.config_fields()) for c in cells]
+        check_cells(cells, rules)
+        planned = len(cells)
+        if shard is not None:
+            cells = shard.take(cells)
+        return Grid(cells, planned, shard, self._path(shard))
+
+    def _path(self, shard: Shard | None) -> Path:
+        """The KB to write: --db, $ADVISOR_DB or the user's; without --db, a shard's own beside it."""
+        if shard is None or self.db:
+            return resolve_write_path(self.db)
+        path = user_dir() / "shards" / f"shard-{shard.index}-of-{shard.count}.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def run(
+        self, rules: Rules, reporter: Reporter | None = None, say=lambda line: None, grid: Grid | None = None
+    ) -> Measured:
+        """Measure the planned cells (`grid`: this request's plan, made already) into the KB, tuning the
+        rates first with --tune-lr."""
+        grid = grid or self.plan(rules, say)
+        run = self._runner(grid.path, rules, reporter or Reporter())
+        cells, tuned = grid.cells, []
+        if self.tune_lr:
+            cells, tuned = tune(cells, grid.path, run, rules)
+        ran = run(cells)
+        return Measured(grid, ran, tuned)
+
+    def _runner(self, path: Path, rules: Rules, reporter: Reporter) -> Callable[[list[GridCell]], GridRun]:
+        if self.executor == "ray":
+            from measure.cluster import run_grid_ray  # Ray is an extra, imported only when asked for
+
+            return lambda cells: run_grid_ray(
+                cells, path, rules, reporter, self.order_seed, self.ray_address, self.cpus_per_cell
+            )
+        return lambda cells: run_grid(cells, path, rules, reporter, self.order_seed)
+
+    def price(self, rules: Rules, gpu: str | None = None, workers: tuple[int, ...] = (1,)) -> Plan:
+        """--plan: every cell's predicted time and memory on `gpu` (None: this machine), and the makespan
+        on each number of workers. Nothing is trained, and the data is not resolved: it does not change
+        a step's cost."""
+        shard = self.check(pricing=True)
+        cells = plan_grid(self.models, rules, self.optimizers, self.strategies, self.seeds, self.base)
+        if shard is not None:
+            cells = shard.take(cells)
+        return plan_cells(cells, rules, gpu=gpu, workers=list(workers) or [1], db=self.db)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The cells a request runs, how many the whole grid has, the shard and the KB they go to."""
+
+    cells: list[GridCell]
+    planned: int
+    shard: Shard | None
+    path: Path
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a request measured: its grid, each cell's result in planned order, and the rates tuned."""
+
+    grid: Grid
+    ran: GridRun
+    tuned: list[Tuned]
+
+    @property
+    def results(self) -> list[CellResult]:
+        return list(self.ran)
+
+    def as_dict(self) -> dict:
+        return {
+            "db": str(self.grid.path),
+            "shard": str(self.grid.shard) if self.grid.shard else None,
+            "cells_planned": self.grid.planned,
+            "order_seed": self.ran.order_seed,
+            "tuned": [t.as_dict() for t in self.tuned],
+            "results": [r.as_dict() for r in self.results],
+        }
+
+
+# Run configuration fields that are not options: the grid's to set, and the data's, resolved by `plan()`
+NOT_OPTIONS = (
+    "model",
+    "optimizer",
+    "strategy",
+    "seed",
+    "role",
+    "lr_grid",
+    "data",
+    "data_path",
+    "data_id",
+    "data_note",
+)
+
+
+def request(models: tuple[ResolvedModel, ...], **options) -> MeasureRequest:
+    """A MeasureRequest from options by their names, as `advisor measure` and `advisor.measure` take them:
+    the run configuration's fields go to its base (`memory` is its memory cap); InputError for the rest."""
+    if "memory" in options:
+        options["memory_cap_gb"] = options.pop("memory")
+    run = {f.name for f in fields(RunConfig)} - set(NOT_OPTIONS)
+    mine = {f.name for f in fields(MeasureRequest)} - {"models", "base"}
+    unknown = sorted(set(options) - run - mine)
+    if unknown:
+        raise InputError(f"advisor measure takes no {', '.join(unknown)}.")
+    base = RunConfig(**{k: v for k, v in options.items() if k in run and v is not None})
+    return MeasureRequest(models=tuple(models), base=base, **{k: v for k, v in options.items() if k in mine})
