@@ -62,6 +62,7 @@ bench: setup
 # On a GPU machine: --prepare cases.json here, then --device cuda --cases cases.json (see the script).
 bench-fit: setup
 	$(BIN)/python bench/fit_accuracy.py
+	$(BIN)/python bench/fit_menu.py --out bench/results/fit-menu-cpu.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -19,10 +19,8 @@ import os
 import sqlite3
 from dataclasses import fields
 from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
-from advisor.answers.evidence import Selector
-from advisor.answers.recommendation import Answer, Constraints
-from advisor.answers.recommendation import recommend as rank
 from advisor.errors import Error, InputError
 from advisor.kb.reader import open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
@@ -31,6 +29,9 @@ from advisor.prediction.answer import fit as fit_answer
 from advisor.prediction.cache import open_cache
 from advisor.prediction.question import FitOptions, question
 from advisor.rules import Rules, load_rules
+
+if TYPE_CHECKING:
+    from advisor.answers.recommendation import Answer
 
 PathLike = str | os.PathLike
 MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")
@@ -59,12 +60,18 @@ def recommend(
     group: int | None = None,
     db: PathLike | None = None,
     conn: sqlite3.Connection | None = None,
+    menu: dict | None = None,
 ) -> Answer:
     """`advisor recommend` as an `Answer` (`.recommendation`, `.alternatives`, `.excluded`, `.caveats`,
     `.frontier`, `.as_dict(rules)` for what --json prints). One of `arch` (a family or alias) and `model` (a
     reference name, a folder with config.json, or a cached Hugging Face id). With `model` and `gpu` (or
     `memory`), configurations predicted not to fit are excluded; `memory` (GB of accelerator memory)
-    excludes measured configurations above it too."""
+    excludes measured configurations above it too. `menu`: advisor fit's menu options for that prediction
+    (`adapters`, `lora_r`, `offload`, `attention`, ...)."""
+    from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
+    from advisor.answers.recommendation import Constraints
+    from advisor.answers.recommendation import recommend as rank
+
     rules = load_rules()
     if (arch is None) == (model is None):
         raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
@@ -73,9 +80,19 @@ def recommend(
     _check_names(rules, optimize, (*optimizers, *exclude_optimizers), strategies)
     resolved = _model(model, rules) if model is not None else None
     family = resolved.family.name if resolved else _family(arch, rules)
-    fitted = None
+    fitted = menu_answer = None
+    given = [k for k, v in (menu or {}).items() if v != getattr(FitOptions(), k)]
+    if given and (resolved is None or not (gpu or memory is not None)):
+        flag = {"adapters": "--adapter"}.get(given[0], "--" + given[0].replace("_", "-"))
+        raise InputError(
+            f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
+        )
     if resolved is not None and (gpu or memory is not None):
-        fitted = fit(resolved, gpu=gpu, memory=memory)
+        # the measured cells (full fine-tuning, the family's grid) checked against a prediction of each; the
+        # answer's menu, predicted as advisor fit predicts it (one cache serves both)
+        grid = tuple(o for o in resolved.family.grid_optimizers if _installed(rules, o))
+        fitted = fit(resolved, gpu=gpu, memory=memory, optimizers=grid, adapters=("full",), offload=("none",))
+        menu_answer = fit(resolved, gpu=gpu, memory=memory, **(menu or {}))
     constraints = Constraints(
         max_memory=memory,
         max_time=max_time,
@@ -83,6 +100,7 @@ def recommend(
         exclude_optimizers=tuple(exclude_optimizers),
         strategies=tuple(strategies),
         fit=fitted,
+        menu=menu_answer,
     )
     reading = conn or open_kb(db)
     try:
@@ -115,7 +133,7 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) ->
     cache = open_cache(db)
     try:
         tracer = None
-        if cache.missing(q):
+        if cache.missing(q, rules):
             require_measure_side()
             from measure.prediction import trace as tracer  # torch: only when the cache lacks a prediction
         return fit_answer(q, rules, cache, tracer)
@@ -144,6 +162,11 @@ def require_measure_side() -> None:
             f"the measurement side is not installed ({', '.join(missing)} missing): "
             "pip install torch==2.13.0 -e '.[measure]'"
         )
+
+
+def _installed(rules: Rules, optimizer: str) -> bool:
+    package = rules.optimizer_info[optimizer].package
+    return package is None or find_spec(package) is not None
 
 
 def _model(name: str | ResolvedModel, rules: Rules) -> ResolvedModel:

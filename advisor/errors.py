@@ -30,6 +30,10 @@ class ModelNotResolved(Error, ValueError):
     """A --model whose config cannot be found, or whose family cannot be told, without the network."""
 
 
+class UnsupportedModel(ModelNotResolved):
+    """A model advisor recognizes and cannot answer for (an encoder-decoder): no --arch would make it fit."""
+
+
 class NoEvidence(Error):
     """No evidence group holds runs for the question asked."""
 

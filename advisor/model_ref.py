@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from advisor.errors import ModelNotResolved
+from advisor.errors import ModelNotResolved, UnsupportedModel
 from advisor.places import user_rules_dir
 from advisor.rules import FamilyRecord, Rules
 
@@ -97,6 +97,12 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
     model_type = config.get("model_type")
     if not model_type:
         raise ModelNotResolved(f"{path} has no model_type: it is not a transformers model config.")
+    if config.get("is_encoder_decoder"):
+        raise UnsupportedModel(
+            f"{name} is an encoder-decoder model ({model_type}: T5, BART, Whisper and the like), which advisor "
+            "does not predict or measure yet: its families are encoder-only, decoder-only, vision and "
+            "vision-language models."
+        )
     family = rules.family_of_model_type(model_type)
     if family is not None:
         return ResolvedModel(name, family, config, path)

@@ -63,6 +63,26 @@ class FamilyRecord:
 
 
 @dataclass(frozen=True)
+class OptimizerRecord:
+    """An optimizer as rules/optimizers.toml declares it: how Trainer names it, what class it is, what its
+    state costs, and what it trades."""
+
+    name: str
+    adamw: bool  # AdamW-class: what practitioners pick first
+    bits: int  # bits of its state per moment
+    menu: bool  # in advisor fit's default menu
+    trainer: str | None = None  # TrainingArguments' `optim`; None: passed to Trainer as an object (`code`)
+    optim_args: str | None = None
+    weight_decay: float | None = None
+    code: str | None = None
+    imports: str | None = None  # what `code` needs imported
+    trade: str | None = None
+    package: str | None = None
+    offload: bool = False  # the host can run its step (ZeRO-Offload's CPU optimizers)
+    adapters: tuple[str, ...] = ("full", "lora", "qlora")  # what it can train
+
+
+@dataclass(frozen=True)
 class Accelerator:
     key: str
     name: str
@@ -79,6 +99,7 @@ class Rules:
     metrics: dict[str, Metric]
     measures: dict[str, Measure]
     families: dict[str, FamilyRecord]
+    optimizer_info: dict[str, OptimizerRecord]
     flowchart: dict
     caveats: list[dict]
     optimizers: tuple[str, ...]
@@ -130,7 +151,7 @@ def _readable_dir(path: Path) -> bool:
         return False
 
 
-RULE_FILES = ("metrics", "families", "flowchart", "caveats", "hardware", "fit", "protocol")
+RULE_FILES = ("metrics", "families", "optimizers", "flowchart", "caveats", "hardware", "fit", "protocol")
 
 
 @cache
@@ -158,7 +179,8 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
         if unknown:
             raise RulesError(f"metric {name} reads undefined measures: {', '.join(unknown)}")
         metrics[name] = metric
-    families = _families(raw["families"])
+    optimizers = _optimizers(raw["optimizers"])
+    families = _families(raw["families"], tuple(optimizers))
     flowchart = raw["flowchart"]
     missing = [m for m in flowchart.get("metrics", []) if m not in metrics]
     if missing:
@@ -168,9 +190,10 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
         metrics=metrics,
         measures=measures,
         families=families,
+        optimizer_info=optimizers,
         flowchart=flowchart,
         caveats=raw["caveats"].get("caveats", []),
-        optimizers=tuple(raw["families"]["optimizers"]),
+        optimizers=tuple(optimizers),
         strategies=tuple(raw["families"]["strategies"]),
         presets=tuple(raw["families"]["presets"]),
         accelerators=_accelerators(raw["hardware"]),
@@ -199,7 +222,24 @@ def _accelerators(raw: dict) -> dict[str, Accelerator]:
     return out
 
 
-def _families(raw: dict) -> dict[str, FamilyRecord]:
+def _optimizers(raw: dict) -> dict[str, OptimizerRecord]:
+    """Optimizers of optimizers.toml, in its order."""
+    out = {}
+    for name, o in raw.get("optimizers", {}).items():
+        try:
+            out[name] = OptimizerRecord(
+                name=name, **{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()}
+            )
+        except TypeError as e:
+            raise RulesError(f"optimizers.toml: optimizer {name}: {e}") from e
+        if (out[name].trainer is None) == (out[name].code is None):
+            raise RulesError(f"optimizers.toml: optimizer {name} needs exactly one of trainer and code")
+    if not out:
+        raise RulesError("optimizers.toml names no optimizer")
+    return out
+
+
+def _families(raw: dict, optimizers: tuple[str, ...]) -> dict[str, FamilyRecord]:
     """Families of families.toml; the grid defaults to the file's top-level grid_optimizers/strategies."""
     out = {}
     for name, f in raw.get("families", {}).items():
@@ -224,7 +264,7 @@ def _families(raw: dict) -> dict[str, FamilyRecord]:
                 f"families.toml: family {name} needs {e.args[0]} (or a top-level default)"
             ) from e
     for fam in out.values():
-        unknown = [o for o in fam.grid_optimizers if o not in raw["optimizers"]]
+        unknown = [o for o in fam.grid_optimizers if o not in optimizers]
         unknown += [s for s in fam.grid_strategies if s not in raw["strategies"]]
         if unknown:
             raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")

@@ -1,17 +1,55 @@
-"""The optimizers: torch.optim's SGD (plain and with momentum), Adam, AdamW, Adagrad, Adadelta,
-transformers' Adafactor, and our nonlinear conjugate gradient (torch has none)."""
+"""The optimizers: torch.optim's SGD (plain and with momentum), Adam, AdamW, Adagrad, Adadelta, transformers'
+Adafactor, our nonlinear conjugate gradient (torch has none), and the fine-tuning menu's: bitsandbytes' 8-bit
+AdamW (paged and not) and Lion (32- and 8-bit), torchao's 8- and 4-bit AdamW, schedule-free AdamW, and
+torch's Muon for the hidden matrices with AdamW for the rest. Named as Hugging Face Trainer's `optim` names
+them where it has a name."""
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
+from contextlib import ExitStack, contextmanager
+from unittest import mock
+
 import torch
 
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adagrad", "adadelta", "cgd", "adafactor")
+OPTIMIZERS = (
+    "sgd",
+    "sgd-momentum",
+    "adam",
+    "adamw",
+    "adagrad",
+    "adadelta",
+    "cgd",
+    "adafactor",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "adamw_torch_8bit",
+    "adamw_torch_4bit",
+    "lion_32bit",
+    "lion_8bit",
+    "schedule_free_adamw",
+    "muon",
+)
 MOMENTUM = 0.9  # sgd-momentum: the conventional heavy-ball coefficient
 WEIGHT_DECAY = 0.01  # adamw: torch's default decoupled weight decay
+TORCHAO_BLOCK = 256  # Trainer's block size for torchao's 8- and 4-bit AdamW (adamw_torch_8bit/4bit)
+# where each optimizer comes from, for what it needs installed
+PACKAGES = {
+    "adafactor": "transformers",
+    "adamw_bnb_8bit": "bitsandbytes",
+    "paged_adamw_8bit": "bitsandbytes",
+    "lion_32bit": "bitsandbytes",
+    "lion_8bit": "bitsandbytes",
+    "adamw_torch_8bit": "torchao",
+    "adamw_torch_4bit": "torchao",
+    "schedule_free_adamw": "schedulefree",
+}
 
 # Learning rates for the tiny and small presets, where the paper's per-model rate does not apply: each
 # optimizer's conventional default (torch's own where it has one; SGD and CGD have none, these train the
-# small models stably). The paper preset uses the paper's one rate per model for every optimizer.
+# small models stably; Lion's authors advise a rate 3-10x below AdamW's). The paper preset uses the
+# paper's one rate per model for every optimizer.
 DEFAULT_LR = {
     "sgd": 0.1,
     "sgd-momentum": 0.01,
@@ -21,37 +59,245 @@ DEFAULT_LR = {
     "adadelta": 1.0,
     "cgd": 0.05,
     "adafactor": 1e-3,
+    "adamw_bnb_8bit": 1e-3,
+    "paged_adamw_8bit": 1e-3,
+    "adamw_torch_8bit": 1e-3,
+    "adamw_torch_4bit": 1e-3,
+    "lion_32bit": 1e-4,
+    "lion_8bit": 1e-4,
+    "schedule_free_adamw": 2.5e-3,
+    "muon": 1e-3,
 }
 
 
 def make_optimizer(
-    name: str, params, lr: float, cuda_defaults: bool = False, **cgd_options
+    name: str, params, lr: float, cuda_defaults: bool = False, model=None, **cgd_options
 ) -> torch.optim.Optimizer:
     """An optimizer by name; cgd_options go to ConjugateGradient (ignored by the others).
 
     cuda_defaults: build the implementation a CUDA run gets (torch's foreach kernels, and the fused AdamW
     that Trainer's default `adamw_torch_fused` selects) even where the parameters are not on a GPU, as
-    `advisor fit` needs when it traces a GPU step on the CPU. Otherwise torch chooses by device."""
+    `advisor fit` needs when it traces a GPU step on the CPU. Otherwise torch chooses by device. `model`:
+    what Trainer's choices need besides the parameters (bitsandbytes keeps embeddings at 32 bits; Muon
+    takes the hidden matrices, AdamW the embeddings and the output layer)."""
+    params = list(params)
     if name == "cgd":
         return ConjugateGradient(params, lr=lr, **cgd_options)
+    if name in EXTRA:
+        return EXTRA[name](params, lr, cuda_defaults, model)
     if name == "adafactor":  # as Trainer's optim="adafactor" builds it: a fixed rate, no relative step
         from transformers.optimization import Adafactor
 
         return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False)
     impl = {"foreach": True} if cuda_defaults else {}
+    fused = {"fused": True} if cuda_defaults else {}
     builders = {
         "sgd": lambda: torch.optim.SGD(params, lr=lr, **impl),
         "sgd-momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, **impl),
-        "adam": lambda: torch.optim.Adam(params, lr=lr, **({"fused": True} if cuda_defaults else {})),
-        "adamw": lambda: torch.optim.AdamW(
-            params, lr=lr, weight_decay=WEIGHT_DECAY, **({"fused": True} if cuda_defaults else {})
-        ),
+        "adam": lambda: torch.optim.Adam(params, lr=lr, **fused),
+        "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY, **fused),
         "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, **impl),
         "adadelta": lambda: torch.optim.Adadelta(params, lr=lr, **impl),
     }
     if name not in builders:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
     return builders[name]()
+
+
+def missing_package(name: str) -> str | None:
+    """The package an optimizer needs that is not installed, or None."""
+    package = PACKAGES.get(name)
+    return package if package and importlib.util.find_spec(package) is None else None
+
+
+# --- bitsandbytes ------------------------------------------------------------------------------------------
+
+
+def _bnb(kind: str, bits: int, paged: bool = False):
+    def build(params, lr, cuda_defaults, model):
+        import bitsandbytes as bnb
+
+        bnb.optim.GlobalOptimManager.get_instance().initialize()  # its overrides outlive optimizers: reset
+        cls = bnb.optim.AdamW if kind == "adamw" else bnb.optim.Lion
+        extra = {"weight_decay": WEIGHT_DECAY} if kind == "adamw" else {}
+        with warnings.catch_warnings():  # paged memory falls back to ordinary tensors on a CPU, and says so
+            warnings.simplefilter("ignore")
+            optimizer = cls(params, lr=lr, optim_bits=bits, is_paged=paged, **extra)
+        if bits == 8 and model is not None:  # as Trainer does: embeddings keep 32-bit state
+            manager = bnb.optim.GlobalOptimManager.get_instance()
+            for module in model.modules():
+                if isinstance(module, torch.nn.Embedding):
+                    manager.register_module_override(module, "weight", {"optim_bits": 32})
+        return optimizer
+
+    return build
+
+
+def paged_state_bytes(optimizer) -> int:
+    """Bytes of a paged bitsandbytes optimizer's state that CUDA's unified memory holds (state1 and state2 of
+    parameters of at least 1e5 elements: bitsandbytes' get_state_buffer), which the driver may move to the
+    host; 0 for any other optimizer."""
+    if not getattr(optimizer, "is_paged", False):
+        return 0
+    return sum(
+        t.untyped_storage().nbytes()
+        for p, state in optimizer.state.items()
+        if p.numel() >= 1e5
+        for key, t in state.items()
+        if key in ("state1", "state2") and isinstance(t, torch.Tensor)
+    )
+
+
+# --- torchao ------------------------------------------------------------------------------------------------
+
+
+def _torchao(bits: int):
+    def build(params, lr, cuda_defaults, model):
+        from torchao.optim import AdamW4bit, AdamW8bit
+
+        cls = AdamW8bit if bits == 8 else AdamW4bit
+        return cls(params, lr=lr, weight_decay=WEIGHT_DECAY, block_size=TORCHAO_BLOCK)
+
+    return build
+
+
+def torchao_largest_quantized(optimizer) -> int:
+    """Elements of the largest parameter whose state torchao quantizes (at least 4096 elements, a whole
+    number of blocks: torchao/optim/adam.py): its compiled step's temporaries scale with it."""
+    sizes = [
+        p.numel()
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.numel() >= 4096 and p.numel() % TORCHAO_BLOCK == 0
+    ]
+    return max(sizes, default=0)
+
+
+# --- schedule-free and Muon ----------------------------------------------------------------------------------
+
+
+def _schedule_free(params, lr, cuda_defaults, model):
+    from schedulefree import AdamWScheduleFree
+
+    optimizer = AdamWScheduleFree(params, lr=lr, weight_decay=WEIGHT_DECAY)
+    optimizer.train()  # as Trainer does before each training step: step() refuses otherwise
+    return optimizer
+
+
+def _muon(params, lr, cuda_defaults, model):
+    fused = {"fused": True} if cuda_defaults else {}
+    return MuonWithAdamW.split(params, model, lr=lr, adamw_lr=DEFAULT_LR["adamw"], **fused)
+
+
+def _ends(model) -> list[torch.nn.Module]:
+    """A model's input embeddings and its output layer (the output embeddings, else its last linear layer: a
+    classification head), which Muon's documentation sends to AdamW."""
+    if model is None:
+        return []
+    first = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    last = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if last is None:
+        last = next((m for m in reversed(list(model.modules())) if isinstance(m, torch.nn.Linear)), None)
+    return [m for m in (first, last) if m is not None]
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """torch's Muon (momentum orthogonalized by Newton-Schulz) for the hidden 2-D weight matrices and AdamW for
+    the other parameters (embeddings, the output layer, norms, biases), as Muon's documentation prescribes;
+    one optimizer to Trainer (`optimizers=(MuonWithAdamW(...), None)`) and its schedule."""
+
+    @classmethod
+    def split(cls, params, model=None, **options) -> MuonWithAdamW:
+        """Muon for the 2-D parameters but the embeddings and the output layer (2-D, yet Muon's documentation
+        sends them to AdamW), AdamW for the rest."""
+        excluded = {id(p) for layer in _ends(model) for p in layer.parameters()}
+        params = [p for p in params if p.requires_grad]
+        hidden = [p for p in params if p.ndim == 2 and id(p) not in excluded]
+        return cls(hidden, [p for p in params if p.ndim != 2 or id(p) in excluded], **options)
+
+    @classmethod
+    def for_model(cls, model, **options) -> MuonWithAdamW:
+        """What trains of a model, split as `split` does: what a Trainer script passes as its optimizer."""
+        return cls.split(model.parameters(), model, **options)
+
+    def __init__(
+        self, hidden, rest, lr: float = 1e-3, adamw_lr: float = 1e-3, weight_decay: float = 0.1, **adamw
+    ):
+        hidden, rest = list(hidden), list(rest)
+        self.inner = [torch.optim.Muon(hidden, lr=lr, weight_decay=weight_decay)] if hidden else []
+        if rest:
+            self.inner.append(torch.optim.AdamW(rest, lr=adamw_lr, weight_decay=WEIGHT_DECAY, **adamw))
+        super().__init__(hidden + rest, {})
+        self.param_groups = [
+            g for o in self.inner for g in o.param_groups
+        ]  # a schedule reaches the inner ones
+
+    @property
+    def state(self) -> dict:
+        """Every inner optimizer's state by parameter, merged (a ChainMap would look a parameter up in the
+        first optimizer's defaultdict, which makes it an empty entry there and hides the second's)."""
+        return {p: st for o in self.inner for p, st in o.state.items()}
+
+    @state.setter
+    def state(
+        self, value
+    ) -> None:  # torch.optim.Optimizer.__init__ assigns an empty one: the inner keep theirs
+        pass
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for optimizer in self.inner:
+            optimizer.step()
+        return loss
+
+    def state_dict(self):
+        return {"inner": [o.state_dict() for o in self.inner]}
+
+    def load_state_dict(self, state_dict) -> None:
+        for optimizer, inner in zip(self.inner, state_dict["inner"], strict=True):
+            optimizer.load_state_dict(inner)
+
+
+EXTRA = {
+    "adamw_bnb_8bit": _bnb("adamw", 8),
+    "paged_adamw_8bit": _bnb("adamw", 8, paged=True),
+    "lion_32bit": _bnb("lion", 32),
+    "lion_8bit": _bnb("lion", 8),
+    "adamw_torch_8bit": _torchao(8),
+    "adamw_torch_4bit": _torchao(4),
+    "schedule_free_adamw": _schedule_free,
+    "muon": _muon,
+}
+
+
+@contextmanager
+def traceable(name: str, fake_mode):
+    """What an optimizer needs to be built and stepped under fake tensors: bitsandbytes' quantization maps
+    computed for real (its constructor reads them with .tolist()), and torchao's step run eagerly (its
+    compiled kernel dereferences data pointers) with its quantization maps made for real first."""
+    with ExitStack() as stack:
+        if PACKAGES.get(name) == "bitsandbytes":
+            import bitsandbytes.functional as F
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            real = F.create_dynamic_map
+
+            def create_dynamic_map(*args, **kwargs):
+                with unset_fake_temporarily():
+                    out = real(*args, **kwargs)
+                return fake_mode.from_tensor(out)
+
+            stack.enter_context(mock.patch.object(F, "create_dynamic_map", create_dynamic_map))
+        if PACKAGES.get(name) == "torchao":
+            from torchao.optim import subclass_4bit, subclass_8bit
+
+            for module in (subclass_8bit, subclass_4bit):
+                module.get_qmap_signed()
+                module.get_qmap_unsigned()
+            stack.enter_context(
+                mock.patch.object(torch, "compile", lambda fn=None, **kw: fn or (lambda f: f))
+            )
+        yield
 
 
 class ConjugateGradient(torch.optim.Optimizer):

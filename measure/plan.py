@@ -243,6 +243,8 @@ def _fit_question(cell: GridCell, pairs: set[tuple[str, str]], rules: Rules):
         accumulation_steps=cfg.accumulation_steps,
         optimizers=tuple(sorted({o for o, _ in pairs})),
         strategies=tuple(sorted({s for _, s in pairs})),
+        adapters=("full",),  # what advisor measure trains
+        offload=("none",),
     )
     return model, options
 

@@ -18,6 +18,7 @@ from measure.config import GridCell, RunConfig
 from measure.dataset import check_cells, resolve
 from measure.grid import GridRun, run_grid
 from measure.hardware import resolve_device
+from measure.optimizers import missing_package
 from measure.plan import Plan, plan_cells
 from measure.progress import Reporter
 from measure.runner import CellResult, plan_grid
@@ -63,6 +64,10 @@ class MeasureRequest:
                 "fit's predictions.",
                 "--dtype",
             )
+        for name in self.optimizers:
+            package = missing_package(name)
+            if package:
+                raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
         if self.executor not in EXECUTORS:
             raise InputError(
                 f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "--executor"

@@ -1,4 +1,6 @@
-"""Memory strategies: standard, checkpointing (transformers' own, non-reentrant), accumulation, and both.
+"""Memory strategies: standard, checkpointing (transformers' own, non-reentrant), selective checkpointing
+(torch's per-op policy: matrix products and attention saved, the cheap rest recomputed), accumulation, and
+checkpointing with accumulation.
 
 One optimizer step consumes a window of micro-batches (1 without accumulation, k with it). The loss is
 summed over every target (token, or image for classification) in the window and divided by the window's
@@ -14,12 +16,43 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-STRATEGIES = ("standard", "checkpointing", "accumulation", "checkpointing+accumulation")
+STRATEGIES = (
+    "standard",
+    "checkpointing",
+    "accumulation",
+    "checkpointing+accumulation",
+    "selective-checkpointing",
+)
+# Selective checkpointing saves what is costly to recompute, the matrix products and attention (as
+# torchtitan's per-op policy does), and recomputes the rest (norms, activations, elementwise products).
+_aten = torch.ops.aten
+SAVED_OPS = frozenset(
+    op
+    for op in (
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten._scaled_dot_product_flash_attention.default,
+        _aten._scaled_dot_product_flash_attention_for_cpu.default,
+        _aten._scaled_dot_product_efficient_attention.default,
+        _aten._scaled_dot_product_cudnn_attention.default,
+    )
+)
+
+
+def checkpointing_of(strategy: str) -> str | None:
+    """Which checkpointing a strategy uses: 'full', 'selective', or None."""
+    if strategy == "selective-checkpointing":
+        return "selective"
+    return "full" if strategy in ("checkpointing", "checkpointing+accumulation") else None
 
 
 def uses_checkpointing(strategy: str) -> bool:
-    return strategy in ("checkpointing", "checkpointing+accumulation")
+    return checkpointing_of(strategy) is not None
 
 
 def prepare(model, strategy: str) -> None:
@@ -27,13 +60,23 @@ def prepare(model, strategy: str) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if uses_checkpointing(strategy):
-        enable_checkpointing(model)
+        enable_checkpointing(model, selective=checkpointing_of(strategy) == "selective")
 
 
-def enable_checkpointing(model) -> None:
-    """transformers' activation checkpointing, non-reentrant (RNG state and kwargs preserved). Releases
-    before transformers 5.2x name it gradient_checkpointing_enable."""
-    kwargs = {"use_reentrant": False}
+def _selective_policy(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_contexts():
+    """torch's selective-checkpoint contexts under the policy above (a fresh pair per checkpointed call)."""
+    return create_selective_checkpoint_contexts(_selective_policy)
+
+
+def enable_checkpointing(model, selective: bool = False) -> None:
+    """transformers' activation checkpointing, non-reentrant (RNG state and kwargs preserved), of every block
+    or, selective, of the cheap ops of every block. Releases before transformers 5.2x name it
+    gradient_checkpointing_enable."""
+    kwargs = {"use_reentrant": False, **({"context_fn": selective_contexts} if selective else {})}
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
@@ -47,11 +90,11 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 def autocast(device: torch.device, dtype: str):
     """The forward's precision: bf16-mixed autocasts to bfloat16 (weights, gradients and optimizer state
-    stay fp32); fp32 runs as is."""
+    stay fp32); fp32 and pure bf16 (weights in bf16) run as they are."""
     if dtype == "bf16-mixed":
         return torch.autocast(device.type, dtype=torch.bfloat16)
-    if dtype != "fp32":
-        raise ValueError(f"unknown dtype {dtype!r}; choose from fp32, bf16-mixed")
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"unknown dtype {dtype!r}; choose from fp32, bf16-mixed, bf16")
     return nullcontext()
 
 

@@ -8,10 +8,15 @@ phases can be extrapolated in depth and batch separately; MemTracker keeps one g
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    is_traceable_wrapper_subclass,
+)
 from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -40,6 +45,10 @@ class LiveBytes(TorchDispatchMode):
 
     def track(self, t: torch.Tensor, category: str, retag: bool = False) -> None:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return
+        if is_traceable_wrapper_subclass(t):  # its own storage is nominal (its dense size, no data):
+            for name in t.__tensor_flatten__()[0]:  # the tensors it holds are what takes memory
+                self.track(getattr(t, name), category, retag)
             return
         st = t.untyped_storage()
         entry = self._storages.get(st)
@@ -126,14 +135,26 @@ class OpFlops(_OpCounter):
 
 class OpTraffic(_OpCounter):
     """Bytes the ops read and write (every tensor argument read; outputs and arguments an op writes in place
-    written): the memory traffic of a bandwidth-bound phase such as an optimizer step."""
+    written): the memory traffic of a bandwidth-bound phase such as an optimizer step. A view moves nothing;
+    an argument some kernels' schemas mark writable without writing it (fused AdamW's gradients, which only
+    a gradient scale would touch; bitsandbytes' gradients and tables) is read only."""
+
+    READ_ONLY = {
+        "_fused_adamw_": {"grads"},
+        "_fused_adam_": {"grads"},
+        "optimizer_update_8bit_blockwise": {"g", "qmap1", "qmap2"},
+        "optimizer_update_32bit": {"g"},
+    }
 
     def count(self, func, args, kwargs, out) -> int:
+        if func.is_view:
+            return 0
         read = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        unwritten = self.READ_ONLY.get(func._schema.name.split("::")[-1], set())
         written = [
             t
             for arg, value in zip(func._schema.arguments, args, strict=False)
-            if arg.alias_info is not None and arg.alias_info.is_write
+            if arg.alias_info is not None and arg.alias_info.is_write and arg.name not in unwritten
             for t in tree_flatten(value)[0]
             if isinstance(t, torch.Tensor)
         ]
@@ -158,8 +179,25 @@ def _flop_formulas() -> dict:
             **fc.flop_registry,
             aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash,
             aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_flash_backward,
+            aten.linear: _linear,  # reaches a dispatch mode whole when another mode's kernel calls F.linear
         }
+    if not hasattr(_flop_formulas, "int8") and "bitsandbytes" in sys.modules:  # once bitsandbytes is loaded
+        try:
+            _flop_formulas.table[torch.ops.bitsandbytes.int8_linear_matmul] = _int8_matmul
+            _flop_formulas.int8 = True
+        except AttributeError:  # an older bitsandbytes: no int8 product op
+            pass
     return _flop_formulas.table
+
+
+def _linear(input, weight, bias=None, out_val=None, **kwargs) -> int:
+    """F.linear: 2 x rows x in x out (the bias add is not a product)."""
+    return 2 * input.numel() * weight.shape[0]
+
+
+def _int8_matmul(a, b, *args, out_val=None, **kwargs) -> int:
+    """bitsandbytes' LLM.int8 product A @ B.T: 2 x rows x inner x columns."""
+    return 2 * a.numel() * b.shape[0]
 
 
 class ScalarOracle(TorchDispatchMode):
@@ -221,3 +259,25 @@ class InputValues(TorchDispatchMode):
         except Exception:
             return False
         return isinstance(probe, torch.Tensor) and probe.numel() <= self.SMALL
+
+
+class BalancedRouting(TorchDispatchMode):
+    """A mixture of experts' routing, for a trace: the top-k of a tensor that has no value (a router's logits,
+    computed from weights that have none) gets indices spread evenly over the experts, token t to experts
+    (t·k + j) mod E, as values the experts' data-dependent indexing can read (InputValues). Activations and
+    expert compute summed over experts do not depend on the spread; a real router's imbalance moves only
+    which expert's temporaries are largest."""
+
+    def __init__(self, values: InputValues):
+        super().__init__()
+        self.values = values
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.topk.default and args[0] not in self.values.values:
+            _, indices = out
+            experts, k = args[0].shape[-1], indices.shape[-1]
+            with _disable_current_modes():
+                rows = torch.arange(indices.numel() // k).unsqueeze(1) * k + torch.arange(k)
+                self.values.add(indices, rows.remainder(experts).reshape(indices.shape))
+        return out

@@ -102,7 +102,9 @@ class Trainer:
                 restart_every=cfg.cgd_restart_every,
                 beta_max=cfg.cgd_beta_max,
             )
-        self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(), cfg.lr, **cgd)
+        self.optimizer = make_optimizer(
+            cfg.optimizer, self.model.parameters(), cfg.lr, model=self.model, **cgd
+        )
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
 
     def sizes(self):

@@ -21,9 +21,8 @@ class Constraints:
     optimizers: tuple[str, ...] = ()
     exclude_optimizers: tuple[str, ...] = ()
     strategies: tuple[str, ...] = ()
-    fit: object | None = (
-        None  # an advisor.prediction.fit.FitAnswer: the user's model on the user's accelerator
-    )
+    fit: object | None = None  # advisor fit's FitAnswer for the measured cells, on the user's model and GPU
+    menu: object | None = None  # advisor fit's FitAnswer for the fine-tuning menu there
 
 
 @dataclass
@@ -99,6 +98,7 @@ class Answer:
     mixed_protocols: dict[str, list[str]] = field(default_factory=dict)  # settings -> configurations, if > 1
     notes: list[str] = field(default_factory=list)  # what the answer did not do with the question, and why
     model: dict | None = None  # the user's model: name, parameters, accelerator, the evidence model's size
+    menu: dict | None = None  # the fine-tuning menu predicted for the user's model (menu_summary)
     safe_alternative: Entry | None = None  # when a seed of the pick failed: the best with every seed ok
 
     def as_dict(self, rules: Rules) -> dict:
@@ -132,6 +132,7 @@ class Answer:
             "mixed_protocols": self.mixed_protocols,
             "notes": self.notes,
             "model": self.model,
+            "menu": self.menu,
             "other_evidence": [g.as_dict() | {"select": selector_flags(g)} for g in self.other_groups],
             "disagreements": self.disagreements,
         }
@@ -157,7 +158,7 @@ def recommend(
     if constraints.fit is not None and metric == "memory":  # ranked by prediction: a group of its own
         ev = GroupEvidence(conn, group, rules)
         ev.use_prediction(
-            "memory", "predicted_gb", {(r.optimizer, r.strategy): r.total for r in constraints.fit.rows}
+            "memory", "predicted_gb", {k: r.total for k, r in full_rows(constraints.fit).items()}
         )
     else:
         cache = {} if evidence is None else evidence
@@ -165,7 +166,7 @@ def recommend(
     answer = rank_group(ev, rules.metric(metric), constraints, others)
     if constraints.fit is not None:
         answer.model = model_summary(constraints.fit, group)
-        answer.notes += constraints.fit.beyond
+        answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
     answer.validation = validation(conn, group.hardware)
     protocols = group_settings(conn, group)
     answer.mixed_protocols = protocols if len(protocols) > 1 else {}
@@ -191,7 +192,9 @@ def disagreements(
     mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
     out = []
     for group in others[:COMPARED_GROUPS]:
-        theirs = rank_group(GroupEvidence(conn, group, rules), metric, replace(c, fit=None)).recommendation
+        theirs = rank_group(
+            GroupEvidence(conn, group, rules), metric, replace(c, fit=None, menu=None)
+        ).recommendation
         if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
             out.append(
                 {"evidence": group.as_dict(), "select": selector_flags(group), "pick": theirs.as_dict()}
@@ -361,9 +364,7 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bo
     if c.strategies and cell.strategy not in c.strategies:
         return f"not in --strategy {', '.join(c.strategies)}"
     if c.fit is not None:
-        row = next(
-            (r for r in c.fit.rows if (r.optimizer, r.strategy) == (cell.optimizer, cell.strategy)), None
-        )
+        row = full_rows(c.fit).get((cell.optimizer, cell.strategy))
         if row is not None and not row.fits:
             q = c.fit.question
             where = q.accelerator.name if q.accelerator else "the --memory budget"
@@ -400,6 +401,56 @@ def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
     return False
 
 
+def full_rows(fit) -> dict[tuple[str, str], object]:
+    """(optimizer, strategy) -> the best-ranked prediction of full fine-tuning without offload: what a cell of
+    the KB, which trained every weight on the accelerator, is."""
+    out: dict[tuple[str, str], object] = {}
+    for r in fit.rows:  # ranked
+        if r.adapter.kind == "full" and r.offload == "none":
+            out.setdefault((r.optimizer, r.strategy), r)
+    return out
+
+
+QUALITY_GAP = (
+    "Quality (loss) evidence in the KB covers full fine-tuning with the paper's optimizers; LoRA and QLoRA "
+    "against full fine-tuning, 8-bit and 4-bit optimizer states against 32-bit, Lion, Muon and schedule-free "
+    "AdamW have none yet: their rows are ranked by memory and speed, as predicted for your model."
+)
+
+
+def menu_summary(fit, metric: str) -> dict:
+    """The fine-tuning menu for the user's model (advisor fit): the configuration a practitioner would pick,
+    the best by this metric where a prediction decides it (memory, speed), and the ladder when nothing as
+    asked fits. Quality is evidence's alone, and the KB has it for full fine-tuning only."""
+    fitting = fit.fitting
+    best = None
+    if metric == "memory":
+        best = min(fit.rows, key=lambda r: r.total)
+    elif metric in ("time", "throughput", "utilization") and fitting:
+        best = max(fitting, key=lambda r: r.tokens_per_s or r.throughput or 0.0)
+    return {
+        "pick": _menu_row(fit.pick),
+        "best_for_metric": _menu_row(best),
+        "fitting": len(fitting),
+        "configurations": len(fit.rows),
+        "ladder": [r.as_dict() for r in fit.ladder],
+        "quality": QUALITY_GAP,
+    }
+
+
+def _menu_row(row) -> dict | None:
+    if row is None:
+        return None
+    return {
+        "configuration": row.label,
+        "fits": row.fits,
+        "memory_gb": row.total,
+        "host_gb": round(row.host_gb, 4),
+        "tokens_per_s": row.tokens_per_s,
+        "trade": row.trade,
+    }
+
+
 def model_summary(fit, group: Group) -> dict:
     """The user's model as the answer names it, and a warning when the evidence's model is far from its size."""
     q = fit.question
@@ -408,7 +459,7 @@ def model_summary(fit, group: Group) -> dict:
         "parameters": fit.n_params,
         "accelerator": q.accelerator.name if q.accelerator else None,
         "memory_gb": round(q.budget_gb, 3),
-        "dtype": q.dtype,
+        "dtype": ", ".join(q.dtypes),
         "batch_size": q.batch_size,
         "seq_len": q.seq_len,
         "evidence_parameters": group.n_params,

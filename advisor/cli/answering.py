@@ -22,6 +22,7 @@ from advisor.cli.params import (
     echo_json,
     evidence_options,
     json_option,
+    menu_options,
     model_option,
     names_option,
     reading_kb,
@@ -69,14 +70,36 @@ FRONTIER_PIXELS = "1280 × 840"
     "--strategy",
     "strategies",
     "strategy",
-    "Only these strategies (repeatable): standard, checkpointing, accumulation.",
+    "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
+    "checkpointing+accumulation.",
 )
 @evidence_options
+@menu_options
 @db_option
 @json_option
 @domain_errors
-def recommend(arch, metric, evidence_preset, group_id, db, as_json, **options):
+def recommend(
+    arch,
+    metric,
+    evidence_preset,
+    group_id,
+    db,
+    as_json,
+    adapters,
+    lora_r,
+    lora_alpha,
+    lora_targets,
+    base_bits,
+    offload,
+    attention,
+    **options,
+):
     """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
+
+    With --model and --gpu (or --memory), the fine-tuning menu is predicted for your model (as advisor
+    fit does): measured configurations that would not fit are excluded, memory is ranked by prediction,
+    and the answer names the configuration a practitioner would pick across the menu. The menu's options
+    (--adapter, --lora-r, --offload, ...) narrow that prediction.
 
     \b
     Examples:
@@ -86,7 +109,18 @@ def recommend(arch, metric, evidence_preset, group_id, db, as_json, **options):
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
     conn = reading_kb(db, options["source"])
-    answer = api.recommend(arch, metric, preset=evidence_preset, group=group_id, conn=conn, **options)
+    menu = dict(
+        adapters=adapters,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_targets=lora_targets,
+        base_bits=base_bits,
+        offload=offload,
+        attention=attention,
+    )
+    answer = api.recommend(
+        arch, metric, preset=evidence_preset, group=group_id, conn=conn, menu=menu, **options
+    )
     rules = load_rules()
     if as_json:
         echo_json(answer.as_dict(rules))

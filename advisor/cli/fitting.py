@@ -14,6 +14,7 @@ from advisor.cli.params import (
     domain_errors,
     echo_json,
     json_option,
+    menu_options,
     model_option,
     names_option,
     shape_options,
@@ -26,17 +27,32 @@ from advisor.rules import load_rules
 @click.command("fit", context_settings=CONTEXT)
 @model_option()
 @accelerator_options
-@shape_options(batch_size=1)
+@shape_options(batch_size=1, menu=True)
 @names_option(
-    "--optimizer", "optimizers", "optimizer", "Only these optimizers (repeatable). Default: all eight."
+    "--optimizer",
+    "optimizers",
+    "optimizer",
+    "Only these optimizers (repeatable), as Trainer's optim names them (adamw_bnb_8bit, adamw_torch_4bit, "
+    "lion_8bit, ...). Default: the menu of rules/optimizers.toml.",
 )
 @names_option(
-    "--strategy", "strategies", "strategy", "Only these strategies (repeatable). Default: all four."
+    "--strategy",
+    "strategies",
+    "strategy",
+    "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
+    "checkpointing+accumulation. Default: all.",
 )
+@menu_options
 @click.option(
     "--mfu",
     type=FiniteFloat(min=0, max=1, min_open=True),
     help="Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else 0.35).",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Show every configuration (default: the ladder, the pick and the best of each adapter, about 12).",
 )
 @click.option(
     "--list-gpus",
@@ -46,20 +62,23 @@ from advisor.rules import load_rules
 @db_option
 @json_option
 @domain_errors
-def fit_command(model: ResolvedModel | None, list_gpus: bool, db, as_json: bool, **options):
-    """Which optimizer and memory strategy fit this model on this accelerator, and how fast each runs.
+def fit_command(model: ResolvedModel | None, list_gpus: bool, show_all: bool, db, as_json: bool, **options):
+    """Which fine-tuning configuration fits this model on this accelerator, and how fast each runs.
 
-    For every optimizer × strategy: predicted peak accelerator memory with its breakdown (parameters,
-    gradients, optimizer state, activations, temporaries, framework overhead), whether it fits, the
-    largest micro-batch that fits, step FLOPs, step time and throughput, and the Trainer arguments.
-    Predictions trace a real training step under fake tensors (no weights allocated), and are cached
-    in your KB: a repeated question needs no torch.
+    The menu: what trains (full, LoRA, QLoRA), precision (fp32, bf16-mixed, pure bf16), optimizer
+    (AdamW fused, 8-bit and 4-bit AdamW, Lion, Muon, schedule-free, Adafactor, SGD), strategy
+    (checkpointing full or selective, accumulation) and offload. For each: predicted peak accelerator
+    memory with its breakdown, host memory apart, whether it fits, the largest micro-batch that fits,
+    step time and tokens/s, and the code to run it. The first row is what a practitioner would pick;
+    when nothing as asked fits, a ladder shows each lever in turn. Predictions trace a real training
+    step under fake tensors (no weights allocated) and are cached in your KB: a repeated question
+    needs no torch.
 
     \b
     Examples:
-        advisor fit --model tests/fixtures/configs/Llama-3.1-8B --gpu A100-80GB
-        advisor fit --model ./my-model --gpu RTX4090 --batch-size 4 --seq-len 1024 --json
-        advisor fit --model Qwen/Qwen2-0.5B --memory 16 --dtype fp32 --optimizer adamw
+        advisor fit --model tests/fixtures/configs/Llama-3.1-8B --gpu RTX4090
+        advisor fit --model ./my-model --gpu H100 --adapter lora --lora-r 64 --seq-len 4096 --json
+        advisor fit --model Qwen/Qwen2-0.5B --memory 16 --dtype fp32 --optimizer adamw --all
     """
     rules = load_rules()
     if list_gpus:
@@ -71,4 +90,4 @@ def fit_command(model: ResolvedModel | None, list_gpus: bool, db, as_json: bool,
     if as_json:
         echo_json(answer.as_dict())
     else:
-        console().print(fit_view(answer))
+        console().print(fit_view(answer, show_all))

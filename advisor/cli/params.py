@@ -13,11 +13,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from advisor.errors import Error, InputError
+from advisor.errors import Error, InputError, UnsupportedModel
 from advisor.kb import reader
 from advisor.kb.migrations import STATUSES
 from advisor.model_ref import reference_models, resolve_model
-from advisor.prediction.step import DTYPES
+from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS
 from advisor.rules import load_rules
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -107,6 +107,7 @@ class ModelType(click.ParamType):
             return resolve_model(value, rules)
         except Error as e:
             takes_arch = ctx is not None and any(p.name == "arch" for p in ctx.command.params)
+            takes_arch = takes_arch and not isinstance(e, UnsupportedModel)
             raise click.ClickException(
                 str(e) + (" Or pass --arch FAMILY instead." if takes_arch else "")
             ) from e
@@ -220,8 +221,9 @@ def accelerator_options(fn):
     )(fn)
 
 
-def shape_options(batch_size: int | None = None, dtype: str | None = None):
-    """--batch-size, --seq-len, --image-size, --dtype, --accumulation-steps: the shape of a step."""
+def shape_options(batch_size: int | None = None, dtype: str | None = None, menu: bool = False):
+    """--batch-size, --seq-len, --image-size, --dtype, --accumulation-steps: the shape of a step. `menu`:
+    --dtype is repeatable, an axis of the fine-tuning menu."""
     return _compose(
         click.option(
             "--batch-size",
@@ -248,12 +250,16 @@ def shape_options(batch_size: int | None = None, dtype: str | None = None):
             "--dtype",
             type=click.Choice(DTYPES),
             default=dtype,
+            multiple=menu,
             show_default=dtype is not None,
-            help="fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure)."
+            help="fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure: weights, "
+            "gradients and state in bf16)"
+            + (" (repeatable)." if menu else ".")
             + (
                 ""
                 if dtype
-                else " Default: bf16-mixed where the chip has bf16, else fp16-mixed; fp32 on a CPU."
+                else " Default: bf16-mixed and pure bf16 where the chip has bf16 (an adapter: bf16-mixed), else "
+                "fp16-mixed; fp32 on a CPU."
             ),
         ),
         click.option(
@@ -264,6 +270,59 @@ def shape_options(batch_size: int | None = None, dtype: str | None = None):
             help="Micro-batches per optimizer step with accumulation.",
         ),
     )
+
+
+def menu_options(fn):
+    """The fine-tuning menu's axes beside precision and optimizer: what trains (--adapter and LoRA's settings),
+    where the optimizer lives (--offload), and the attention kernel."""
+    return _compose(
+        click.option(
+            "--adapter",
+            "adapters",
+            type=click.Choice(ADAPTERS),
+            multiple=True,
+            help="What trains (repeatable): full (every weight), lora (peft's LoRA on a frozen base), qlora (LoRA on "
+            "a 4-bit NF4 base). Default: every one that applies (no QLoRA on a CPU).",
+        ),
+        click.option(
+            "--lora-r", type=click.IntRange(min=1), default=16, show_default=True, help="LoRA's rank."
+        ),
+        click.option(
+            "--lora-alpha",
+            type=click.IntRange(min=1),
+            help="LoRA's alpha (the update is scaled by alpha / r). Default: 2 x r.",
+        ),
+        click.option(
+            "--lora-targets",
+            metavar="NAMES",
+            callback=lambda ctx, param, value: tuple(t for t in (value or "").split(",") if t.strip()),
+            help="Comma-separated module names LoRA adapts, e.g. q_proj,v_proj. Default: every linear layer of the "
+            "blocks (peft's all-linear).",
+        ),
+        click.option(
+            "--base-bits",
+            type=click.Choice(["4", "8"]),
+            default="4",
+            show_default=True,
+            callback=lambda ctx, param, value: int(value),
+            help="QLoRA's base: 4 (NF4, double quantization, bf16 compute) or 8 (LLM.int8).",
+        ),
+        click.option(
+            "--offload",
+            type=click.Choice(OFFLOADS),
+            multiple=True,
+            help="Where the optimizer lives (repeatable): none, or optimizer (its state, fp32 master weights and "
+            "gradients on the host, DeepSpeed ZeRO-Offload). Default: both, where offloading applies.",
+        ),
+        click.option(
+            "--attention",
+            type=click.Choice(ATTENTIONS),
+            default="sdpa",
+            show_default=True,
+            help="The attention implementation (attn_implementation); flash_attention_2 is predicted as sdpa's "
+            "FlashAttention kernel.",
+        ),
+    )(fn)
 
 
 def names_option(flag: str, dest: str, kind: str, help: str):

@@ -1,6 +1,8 @@
-"""`advisor fit`'s answer: every optimizer × strategy on the user's model and accelerator, with the memory of
-each (parameters, gradients, optimizer state, activations, temporaries, framework overhead), whether it
-fits, the largest micro-batch that fits, FLOPs, step time and throughput, and the code to run it.
+"""`advisor fit`'s answer: every configuration of the fine-tuning menu (adapter, precision, optimizer,
+strategy, offload) on the user's model and accelerator, with the memory of each (parameters, gradients,
+optimizer state, activations, temporaries, framework overhead; host memory apart), whether it fits, the
+largest micro-batch that fits, FLOPs, step time and tokens/s, and the code to run it, ranked as a
+practitioner picks (advisor.prediction.ranking).
 
 The numbers come from a traced training step (`advisor.prediction.step` reads it; the measurement side's
 tracer makes it, passed in by the caller), cached in the KB. What is not a tensor of the step (the CUDA
@@ -17,55 +19,73 @@ from advisor.errors import FitError, KBError
 from advisor.kb.reader import fit_validations
 from advisor.kb.schema import connect_readonly
 from advisor.places import shipped_kb_path
-from advisor.prediction import accelerators
-from advisor.prediction.cache import PredictionCache, prediction_key, software
+from advisor.prediction import accelerators, ranking
+from advisor.prediction.cache import PredictionCache, keys_of, software
+from advisor.prediction.quality import trade_notes
 from advisor.prediction.question import Question
-from advisor.prediction.snippets import training_arguments
-from advisor.prediction.step import CATEGORIES, n_params, optimizer_traffic, step_flops, tensor_peak
+from advisor.prediction.row import Row
+from advisor.prediction.snippets import training_code
+from advisor.prediction.step import (
+    CATEGORIES,
+    Config,
+    host_bytes,
+    host_traffic,
+    n_params,
+    optimizer_traffic,
+    peak_total,
+    step_flops,
+    tensor_peak,
+    trainable,
+)
 from advisor.rules import Accelerator, Rules
 
 MAX_BATCH = 1 << 20  # the largest micro-batch the search considers
-# The measurement side's tracer: (question, missing (optimizer, strategy) pairs, rules) -> payload of each
-Tracer = Callable[[Question, list[tuple[str, str]], Rules], dict[tuple[str, str], dict]]
-
-
-@dataclass
-class Row:
-    """One optimizer × strategy on the user's model and accelerator."""
-
-    optimizer: str
-    strategy: str
-    fits: bool
-    memory_gb: dict[str, float]  # the categories, overhead, tensor_peak, total (GB of 10^9 bytes)
-    peak_phase: str
-    max_batch_size: int
-    step_flops: float
-    predicted_step_s: float | None
-    throughput: float | None  # samples/s
-    tokens_per_s: float | None
-    training_arguments: dict
-    trainer_code: str
-
-    @property
-    def total(self) -> float:
-        return self.memory_gb["total"]
+# The measurement side's tracer: (question, configurations to trace, rules) -> payload of each
+Tracer = Callable[[Question, list[Config], Rules], dict[Config, dict]]
 
 
 @dataclass
 class FitAnswer:
     question: Question
     n_params: int
-    attention: str
-    rows: list[Row]
+    attention: str  # as traced, with the kernel CUDA picks
+    rows: list[Row]  # ranked: what a practitioner picks first
     assumptions: list[str]
     mfu: float
     mfu_source: str
     computed: int  # predictions traced now (0: every one came from the cache)
-    beyond: list[str] = field(default_factory=list)  # when nothing fits: what would
+    ladder: list[ranking.Rung] = field(default_factory=list)  # when nothing as asked fits: what would
 
     @property
     def fitting(self) -> list[Row]:
         return [r for r in self.rows if r.fits]
+
+    @property
+    def pick(self) -> Row | None:
+        """The answer: the first configuration that fits."""
+        return self.rows[0] if self.rows and self.rows[0].fits else None
+
+    @property
+    def beyond(self) -> list[str]:
+        """The ladder in sentences (for answers that quote it)."""
+        return [r.sentence for r in self.ladder]
+
+    def shown(self, everything: bool = False) -> list[Row]:
+        """The rows a reader needs (the ladder, the pick, the best of each adapter), or every one."""
+        return self.rows if everything else ranking.shown(self.rows, self.ladder)
+
+    def row_for(self, optimizer: str, strategy: str, adapter: str = "full") -> Row | None:
+        """The best-ranked row of an optimizer and strategy (without offload): what a measured cell of the KB,
+        which trained the whole model, corresponds to."""
+        return next(
+            (
+                r
+                for r in self.rows
+                if (r.optimizer, r.strategy, r.adapter.kind, r.offload)
+                == (optimizer, strategy, adapter, "none")
+            ),
+            None,
+        )
 
     def as_dict(self) -> dict:
         q = self.question
@@ -80,71 +100,54 @@ class FitAnswer:
                 "name": q.accelerator.name if q.accelerator else "custom budget",
                 "memory_gb": round(q.budget_gb, 3),
             },
-            "dtype": q.dtype,
+            "dtypes": list(q.dtypes),
             "batch_size": q.batch_size,
             "seq_len": q.seq_len,
             "image_size": q.image_size,
             "accumulation_steps": q.accumulation_steps,
-            "attention": self.attention,
-            "configurations": [
-                {
-                    "optimizer": r.optimizer,
-                    "strategy": r.strategy,
-                    "dtype": q.dtype,
-                    "batch_size": q.batch_size,
-                    "accumulation_steps": q.window(r.strategy),
-                    "fits": r.fits,
-                    "max_batch_size": r.max_batch_size,
-                    "memory_gb": r.memory_gb,
-                    "peak_phase": r.peak_phase,
-                    "step_flops": r.step_flops,
-                    "predicted_step_s": r.predicted_step_s,
-                    "samples_per_s": r.throughput,
-                    "tokens_per_s": r.tokens_per_s,
-                    "training_arguments": r.training_arguments,
-                }
-                for r in self.rows
-            ],
+            "attention": q.attention,
+            "traced_attention": self.attention,
+            "lora": q.lora.key(),
+            "pick": self.pick.label if self.pick else None,
+            "configurations": [r.as_dict(q) for r in self.rows],
+            "ladder": [r.as_dict() for r in self.ladder],
+            "left_out": list(q.left_out),
             "mfu": {"value": self.mfu, "source": self.mfu_source},
             "assumptions": self.assumptions,
-            "beyond_this_grid": self.beyond,
             "cached": self.computed == 0,
         }
 
 
 def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None = None) -> FitAnswer:
-    """Every asked optimizer × strategy: from the cache, tracing (and caching) what it lacks with `tracer`
-    (the measurement side's, passed by the caller: this side never imports torch)."""
+    """Every configuration asked: from the cache, tracing (and caching) what it lacks with `tracer` (the
+    measurement side's, passed by the caller: this side never imports torch)."""
     soft = software()
-    pairs = [(o, s) for o in q.optimizers for s in q.strategies]
-    keys = {p: prediction_key(q, *p, soft) for p in pairs}
+    keys = keys_of(q, rules, soft)
     found = cache.get(list(keys.values()))
-    missing = [p for p in pairs if keys[p] not in found]
+    missing = [c for c in q.configs if keys[c] not in found]
     if missing:
         if tracer is None:
             raise FitError(f"{q.model.name} is not traced yet at this shape, and no tracer was given.")
         fresh = tracer(q, missing, rules)
         cache.put(q, fresh, keys, soft)
-        found.update({keys[p]: payload for p, payload in fresh.items()})
-    payloads = {p: found[keys[p]] for p in pairs}
+        found.update({keys[c]: payload for c, payload in fresh.items()})
     mfu, mfu_source = utilization(q, rules, cache.read)
-    checked = validated_on(cache.read)
-    rows = [_row(q, o, s, payloads[(o, s)], rules, mfu) for o, s in pairs]
-    rows.sort(key=lambda r: (not r.fits, r.predicted_step_s or 0, r.total))
-    first = next(iter(payloads.values()))
-    answer = FitAnswer(
+    shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
+    kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
+    trades = trade_notes(kbs, q, rules)
+    rows = ranking.ranked([_row(q, c, found[keys[c]], rules, mfu, trades) for c in q.configs], q)
+    first = found[keys[q.configs[0]]]
+    return FitAnswer(
         q,
         n_params(first),
         first["attention"],
         rows,
-        assumptions(q, rules) + checked,
+        assumptions(q, rules, experts=bool(first.get("experts"))) + validated_on(kbs),
         mfu,
         mfu_source,
         len(missing),
+        ranking.ladder(rows, q),
     )
-    if not answer.fitting:
-        answer.beyond = beyond_the_grid(answer)
-    return answer
 
 
 def overhead_gb(q: Question, tensor_peak_gb: float, rules: Rules) -> float:
@@ -176,7 +179,8 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
     usable = usable_gb(q, rules)
 
     def fits(b: int) -> bool:
-        return memory_at(q, payload, b, rules)[1]["total"] <= usable
+        tensors = peak_total(payload, b) / 1e9
+        return round(tensors + overhead_gb(q, tensors, rules), 4) <= usable
 
     if not fits(1):
         return 0
@@ -189,16 +193,21 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
     return low
 
 
-def _row(q: Question, optimizer: str, strategy: str, payload: dict, rules: Rules, mfu: float) -> Row:
+def _row(q: Question, c: Config, payload: dict, rules: Rules, mfu: float, trades: dict[str, str]) -> Row:
     phase, gb = memory_at(q, payload, q.batch_size, rules)
-    k = q.window(strategy)
+    k = q.window(c.strategy)
     flops = step_flops(payload, q.batch_size) * k
-    step_s = step_seconds(q, flops, optimizer_traffic(payload), mfu, rules)
+    trained = trainable(payload)
+    step_s = step_seconds(q, c.dtype, flops, optimizer_traffic(payload), mfu, rules)
+    if step_s is not None and c.offload != "none":
+        step_s += offload_seconds(trained, host_traffic(payload), rules)
     samples = q.batch_size * k / step_s if step_s else None
-    args, code = training_arguments(q, optimizer, strategy)
+    adapter = q.adapter_of(c.adapter)
+    info = rules.optimizer_info[c.optimizer]
+    args, code = training_code(q, c, adapter, rules)
     return Row(
-        optimizer,
-        strategy,
+        c,
+        adapter,
         gb["total"] <= usable_gb(q, rules),
         gb,
         phase,
@@ -207,15 +216,22 @@ def _row(q: Question, optimizer: str, strategy: str, payload: dict, rules: Rules
         step_s,
         samples,
         samples * q.seq_len if samples and q.seq_len else None,
+        trained,
+        host_bytes(payload) / 1e9,
         args,
         code,
+        info.adamw,
+        info.bits,
+        trades.get(c.optimizer),
     )
 
 
-def step_seconds(q: Question, flops: float, traffic: float, mfu: float, rules: Rules) -> float | None:
-    """Forward and backward at `mfu` of the peak FLOP/s, plus the optimizer step's traffic at the stated
-    share of the memory bandwidth; None where the accelerator states neither."""
-    peak = accelerators.peak_tflops(q.accelerator, q.dtype) if q.accelerator else None
+def step_seconds(
+    q: Question, dtype: str, flops: float, traffic: float, mfu: float, rules: Rules
+) -> float | None:
+    """Forward and backward at `mfu` of the peak FLOP/s of the precision, plus the optimizer step's traffic
+    at the stated share of the memory bandwidth; None where the accelerator states neither."""
+    peak = accelerators.peak_tflops(q.accelerator, dtype) if q.accelerator else None
     bandwidth = q.accelerator.bandwidth_gbs if q.accelerator else None
     if not peak or not bandwidth:
         return None
@@ -223,12 +239,18 @@ def step_seconds(q: Question, flops: float, traffic: float, mfu: float, rules: R
     return flops / (peak * 1e12 * mfu) + traffic / (bandwidth * 1e9 * efficiency)
 
 
-def validated_on(read: sqlite3.Connection | None) -> list[str]:
+def offload_seconds(trained: int, host_traffic_bytes: float, rules: Rules) -> float:
+    """An offloaded optimizer's step: bf16 gradients down and bf16 weights up over PCIe, and the host's step
+    at its memory bandwidth (rules/fit.toml [offload]), not overlapped with compute."""
+    off = rules.fit["offload"]
+    return 4 * trained / (off["pcie_gbs"] * 1e9) + host_traffic_bytes / (off["host_bandwidth_gbs"] * 1e9)
+
+
+def validated_on(kbs: list[sqlite3.Connection]) -> list[str]:
     """How predictions were checked against real steps on accelerators (KB validations named fit_*)."""
     found = []
-    for conn in (read, _open_quietly(shipped_kb_path(), connect_readonly, KBError)):
-        if conn is not None:
-            found += [v for v in fit_validations(conn) if v not in found]
+    for conn in kbs:
+        found += [v for v in fit_validations(conn) if v not in found]
     return [
         f"Checked on {v['hardware']}: {v['checks']} configurations against torch.cuda.max_memory_allocated, "
         f"median |error| {v['median']:.1%}, worst {v['worst']:.1%} (bench/fit_accuracy.py)."
@@ -270,53 +292,54 @@ def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
     return values[len(values) // 2], len(values), hardware
 
 
-def assumptions(q: Question, rules: Rules) -> list[str]:
-    """What the figures rest on, each with its source."""
+def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:
+    """What the figures rest on, each with its source (rules/fit.toml)."""
+    fit = rules.fit
     out = [
         f"Traced: one training step of {q.model.name} built from its config under fake tensors (no weight "
         "allocated), the model computing its own loss as Trainer does; sequences of the full length, no padding.",
-        f"Fits: a total within {1 - rules.fit['fits']['headroom']:.0%} of {q.budget_gb:.1f} GB. "
-        + rules.fit["fits"]["source"],
+        f"Fits: a total within {1 - fit['fits']['headroom']:.0%} of {q.budget_gb:.1f} GB. "
+        + fit["fits"]["source"],
     ]
     if q.device == "cpu":
-        cpu = rules.fit["cpu"]
+        cpu = fit["cpu"]
         out += [f"Process: {cpu['process_gb']} GB. {cpu['process_source']}", cpu["fragmentation_source"]]
     else:
-        cuda = rules.fit["cuda"]
+        cuda = fit["cuda"]
         out += [
             f"CUDA context: {cuda['context_gb']} GB. {cuda['context_source']}",
             f"Workspaces: {cuda['workspace_gb']} GB. {cuda['workspace_source']}",
             f"Allocator: +{cuda['fragmentation']:.0%} of the tensor peak. {cuda['fragmentation_source']}",
             "Optimizers as a CUDA run builds them: torch's foreach kernels, Trainer's fused AdamW "
-            "(adamw_torch_fused, its default); checkpointing's saved RNG states are host memory.",
+            "(adamw_torch_fused, its default), bitsandbytes' 8-bit layouts (embeddings kept in 32-bit state, as "
+            "Trainer registers them); checkpointing's saved RNG states are host memory.",
             "Attention: transformers' sdpa as CUDA runs it: FlashAttention in bf16/fp16, the memory-efficient "
             "kernel in fp32, and the math kernel (seq x seq scores kept) for grouped-query attention in fp32.",
         ]
-    if q.dtype in ("bf16-mixed", "fp16-mixed"):
-        out.append(
-            "Mixed precision: fp32 weights, gradients and optimizer state; autocast traced with the CPU's op "
-            "lists, which cast matrix products as CUDA's do."
-        )
+    out += [fit["precision"][d] for d in q.dtypes]
+    kinds = {c.adapter for c in q.configs}
+    if "lora" in kinds or "qlora" in kinds:
+        out.append(fit["adapters"]["lora"])
+    if "qlora" in kinds:
+        out += [fit["adapters"][f"qlora_{q.lora.base_bits}"], fit["adapters"]["prepare"]]
+    if any(c.offload != "none" for c in q.configs):
+        off = fit["offload"]
+        out += [off["source"], off["pcie_source"], off["host_bandwidth_source"]]
+    if any(c.optimizer.startswith("paged_") for c in q.configs):
+        out.append(fit["paged"]["source"])
+    for name in dict.fromkeys(c.optimizer for c in q.configs):
+        modelled = fit.get("optimizers", {}).get(name)
+        if modelled:
+            out.append(
+                f"{name}'s step scratch: {modelled['temporaries_per_element']} bytes per element of its "
+                f"largest quantized tensor, modelled (a compiled step cannot run on fake tensors). {modelled['source']}"
+            )
+    if q.attention == "flash_attention_2":
+        out.append(fit["attention"]["flash_attention_2"])
+    if experts:
+        out.append(fit["moe"]["source"])
     if q.accelerator is not None and q.accelerator.key != "cpu":
         out.append(f"Peak FLOP/s and bandwidth: {q.accelerator.source}")
-        out.append(f"Optimizer step: {rules.fit['speed']['bandwidth_source']}")
-    return out
-
-
-def beyond_the_grid(answer: FitAnswer) -> list[str]:
-    """When no configuration fits: the smallest, and what would take it below the budget."""
-    q = answer.question
-    smallest = min(answer.rows, key=lambda r: r.total)
-    m = smallest.memory_gb
-    out = [
-        f"Nothing fits in {q.budget_gb:.1f} GB. The smallest is {smallest.optimizer} + {smallest.strategy} at "
-        f"{m['total']:.1f} GB (parameters {m['parameters']:.1f}, gradients {m['gradients']:.1f}, optimizer "
-        f"state {m['optimizer_state']:.1f}, activations {m['activations']:.1f} GB).",
-        "Parameter-efficient fine-tuning (LoRA with peft) trains a few million adapter parameters: the base "
-        "model's gradients and optimizer state disappear, and a frozen base can stay in bf16.",
-        '8-bit optimizer states (bitsandbytes, optim="adamw_bnb_8bit") keep 2 bytes per parameter of '
-        "Adam's state instead of 8.",
-        "Offloading optimizer state and gradients to host memory (DeepSpeed ZeRO-Offload, FSDP CPU offload) "
-        "moves them off the accelerator at the cost of PCIe transfers.",
-    ]
+        out.append(f"Optimizer step: {fit['speed']['bandwidth_source']}")
+    out += [f"Left out of the menu: {x}." for x in q.left_out]
     return out

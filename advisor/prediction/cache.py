@@ -15,12 +15,16 @@ from advisor.kb import store
 from advisor.kb.schema import connect_readonly
 from advisor.places import resolve_write_path
 from advisor.prediction.question import Question
-from advisor.prediction.step import ENGINE_VERSION
+from advisor.prediction.step import ENGINE_VERSION, Config
+from advisor.rules import Rules
+
+LIBRARIES = ("peft", "bitsandbytes", "torchao", "schedulefree")  # what some configurations trace
 
 
 def software() -> dict:
+    """The versions predictions depend on: the engine, torch, transformers and the menu's libraries."""
     out = {"engine": ENGINE_VERSION}
-    for pkg in ("torch", "transformers"):
+    for pkg in ("torch", "transformers", *LIBRARIES):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -28,19 +32,38 @@ def software() -> dict:
     return out
 
 
-def prediction_key(q: Question, optimizer: str, strategy: str, soft: dict) -> str:
-    """Everything a prediction depends on, hashed: the config, shape, precision, implementations, versions."""
+def _libraries(config: Config, package: str | None) -> set[str]:
+    """The menu's libraries a configuration's trace runs: a version change of another leaves it valid."""
+    out = {package} if package else set()
+    if config.adapter != "full":
+        out.add("peft")
+    if config.adapter == "qlora":
+        out.add("bitsandbytes")
+    return out
+
+
+def prediction_key(q: Question, config: Config, soft: dict, package: str | None = None) -> str:
+    """Everything a prediction depends on, hashed: the config, shape, precision, what trains, attention,
+    implementations, versions (`package`: the optimizer's library, rules/optimizers.toml)."""
     parts = {
         "config": q.model.config_hash,
         "seq_len": q.seq_len,
         "image_size": q.image_size,
-        "dtype": q.dtype,
+        "dtype": config.dtype,
         "device": q.device,
-        "optimizer": optimizer,
-        "strategy": strategy,
-        **soft,
+        "optimizer": config.optimizer,
+        "strategy": config.strategy,
+        "offload": config.offload,
+        "attention": q.traced_attention,
+        **q.adapter_of(config.adapter).key(),
+        **{k: v for k, v in soft.items() if k not in LIBRARIES or k in _libraries(config, package)},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def keys_of(q: Question, rules: Rules, soft: dict) -> dict[Config, str]:
+    """The cache key of each configuration of a question."""
+    return {c: prediction_key(q, c, soft, rules.optimizer_info[c.optimizer].package) for c in q.configs}
 
 
 @dataclass
@@ -58,36 +81,39 @@ class PredictionCache:
         rows = self.read.execute(f"SELECT key, payload FROM predictions WHERE key IN ({marks})", keys)
         return {k: json.loads(p) for k, p in rows}
 
-    def put(self, q: Question, fresh: dict[tuple[str, str], dict], keys: dict, soft: dict) -> None:
-        """Store freshly traced payloads, one row per (optimizer, strategy)."""
+    def put(self, q: Question, fresh: dict[Config, dict], keys: dict[Config, str], soft: dict) -> None:
+        """Store freshly traced payloads, one row per configuration."""
         if self.path is None:
             return
         rows = [
             {
-                "key": keys[(o, s)],
+                "key": keys[c],
                 "model": q.model.name,
                 "config_hash": q.model.config_hash,
                 "model_type": q.model.model_type,
                 "family": q.model.family.name if q.model.listed else None,
-                "optimizer": o,
-                "strategy": s,
-                "dtype": q.dtype,
+                "optimizer": c.optimizer,
+                "strategy": c.strategy,
+                "dtype": c.dtype,
                 "seq_len": q.seq_len,
                 "image_size": q.image_size,
                 "device": q.device,
                 "software": soft,
                 "payload": payload,
             }
-            for (o, s), payload in fresh.items()
+            for c, payload in fresh.items()
         ]
         with store.writing(self.path) as conn:
             store.add_predictions(conn, rows)
 
-    def missing(self, q: Question) -> bool:
+    def missing(self, q: Question, rules: Rules) -> bool:
         """Whether answering `q` needs tracing (torch): some prediction is not in the cache."""
-        soft = software()
-        keys = [prediction_key(q, o, s, soft) for o in q.optimizers for s in q.strategies]
-        return len(self.get(keys)) < len(keys)
+        keys = list(keys_of(q, rules, software()).values())
+        if self.read is None:
+            return True
+        marks = ",".join("?" * len(keys))
+        (n,) = self.read.execute(f"SELECT count(*) FROM predictions WHERE key IN ({marks})", keys).fetchone()
+        return n < len(set(keys))
 
     def close(self) -> None:
         if self.read is not None:

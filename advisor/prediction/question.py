@@ -1,36 +1,48 @@
 """What `advisor fit` is asked: the options as the user gives them (`FitOptions`), checked against the
-model and the accelerator into one `Question` that every later step receives."""
+model and the accelerator into one `Question`, with the menu of configurations it asks about, that every
+later step receives."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib.util import find_spec
 
 from advisor.errors import InputError
 from advisor.model_ref import ResolvedModel
 from advisor.prediction import accelerators
-from advisor.prediction.step import DTYPES
+from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, Adapter, Config
 from advisor.rules import Accelerator, Rules
+
+OFFLOAD_DTYPES = ("bf16-mixed",)  # what an offloaded optimizer is predicted for: a bf16 device copy
 
 
 @dataclass(frozen=True, kw_only=True)
 class FitOptions:
-    """The options of `advisor fit` (and of `recommend --model`, `measure --plan`, `advisor.fit`), as given."""
+    """The options of `advisor fit` (and of `recommend --model`, `measure --plan`, `advisor.fit`), as given.
+    An empty tuple means the default menu of that axis."""
 
     gpu: str | None = None  # the accelerator by name: A100-80GB, H100, RTX4090, cpu (rules/hardware.toml)
     memory: float | None = None  # the memory budget in GB, instead of (or overriding) the accelerator's
     batch_size: int = 1  # micro-batch size (per_device_train_batch_size)
     seq_len: int | None = None  # tokens per sample; None: the family's default, capped at the model's maximum
     image_size: int | None = None  # image side in pixels; None: the config's
-    dtype: str | None = None  # fp32 | bf16-mixed | fp16-mixed | bf16; None: the accelerator's best
+    dtype: str | tuple[str, ...] | None = None  # one or several of DTYPES; None: the accelerator's menu
     accumulation_steps: int = 4  # micro-batches per optimizer step with accumulation
-    optimizers: tuple[str, ...] = ()  # only these; () every optimizer of the rules
-    strategies: tuple[str, ...] = ()  # only these; () every strategy of the rules
+    optimizers: tuple[str, ...] = ()  # only these; (): the menu's (rules/optimizers.toml, menu = true)
+    strategies: tuple[str, ...] = ()  # only these; (): every strategy of the rules
+    adapters: tuple[str, ...] = ()  # full | lora | qlora; (): every one that applies
+    lora_r: int = 16  # LoRA's rank
+    lora_alpha: int | None = None  # LoRA's alpha; None: 2 x r
+    lora_targets: tuple[str, ...] = ()  # module names LoRA adapts; (): every linear layer of the blocks
+    base_bits: int = 4  # QLoRA's base: 4 (NF4, double quantization) or 8 (LLM.int8)
+    offload: tuple[str, ...] = ()  # none | optimizer; (): both, where offloading applies
+    attention: str = "sdpa"  # sdpa | eager | flash_attention_2
     mfu: float | None = None  # fraction of peak FLOP/s a step reaches; None: measured, else the default
 
 
 @dataclass(frozen=True)
 class Question:
-    """A fit question with every option checked and every default filled."""
+    """A fit question with every option checked and every default filled: the configurations to answer."""
 
     model: ResolvedModel
     accelerator: Accelerator | None
@@ -38,16 +50,38 @@ class Question:
     batch_size: int
     seq_len: int | None
     image_size: int | None
-    dtype: str
     accumulation_steps: int
-    optimizers: tuple[str, ...]
-    strategies: tuple[str, ...]
+    configs: tuple[Config, ...]  # the menu asked, in the rules' order
+    lora: Adapter = Adapter("lora")  # the rank, alpha, targets and base bits every adapter row uses
+    attention: str = "sdpa"  # as asked: sdpa | eager | flash_attention_2
     mfu: float | None = None  # --mfu: overrides measured evidence and the default
+    left_out: tuple[str, ...] = ()  # what the default menu left out, and why
 
     @property
     def device(self) -> str:
         """cuda | cpu: which optimizer implementations and overheads apply."""
         return "cpu" if self.accelerator is not None and self.accelerator.key == "cpu" else "cuda"
+
+    @property
+    def traced_attention(self) -> str:
+        """The attention traced: FlashAttention is modelled as sdpa, whose CUDA dispatch picks it (rules/fit.toml)."""
+        return "sdpa" if self.attention == "flash_attention_2" else self.attention
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.dtype for c in self.configs))
+
+    @property
+    def optimizers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.optimizer for c in self.configs))
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.strategy for c in self.configs))
+
+    def adapter_of(self, kind: str) -> Adapter:
+        """The adapter a configuration's `adapter` names, with the question's LoRA settings."""
+        return Adapter() if kind == "full" else replace(self.lora, kind=kind)
 
     def window(self, strategy: str) -> int:
         """Micro-batches per optimizer step under a strategy."""
@@ -63,16 +97,10 @@ def question(
     if acc is None and options.memory is None:
         raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GB.", "--gpu")
     budget = options.memory if options.memory is not None else accelerators.memory_gb(acc)
-    dtype = options.dtype or _default_dtype(acc)
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}. Choose from: {', '.join(DTYPES)}.", "--dtype")
-    if acc is not None and accelerators.peak_tflops(acc, dtype) is None and acc.key != "cpu":
-        raise InputError(
-            f"{acc.name} has no {accelerators.PRECISION[dtype]} support; use --dtype fp16-mixed or fp32.",
-            "--dtype",
-        )
     _check_names(options, rules)
+    lora = _lora(options)
     seq_len, image_size = _shape(model, options)
+    configs, left_out = Menu(options, rules, acc).configs()
     return Question(
         model,
         acc,
@@ -80,12 +108,151 @@ def question(
         options.batch_size,
         seq_len,
         image_size,
-        dtype,
         options.accumulation_steps,
-        tuple(options.optimizers) or tuple(rules.optimizers),
-        tuple(options.strategies) or tuple(rules.strategies),
+        configs,
+        lora,
+        options.attention,
         options.mfu,
+        left_out,
     )
+
+
+class Menu:
+    """The configurations a question asks about: each axis as given, else its default, with the combinations
+    that do not apply left out (and refused when the user named both sides of one)."""
+
+    def __init__(self, options: FitOptions, rules: Rules, acc: Accelerator | None):
+        self.o, self.rules, self.acc = options, rules, acc
+        self.cpu = acc is not None and acc.key == "cpu"
+        self.left_out: list[str] = []
+
+    def configs(self) -> tuple[tuple[Config, ...], tuple[str, ...]]:
+        out = []
+        for adapter in self.adapters():
+            for dtype in self.dtypes(adapter):
+                for optimizer in self.optimizers(adapter):
+                    for offload in self.offloads(adapter, dtype, optimizer):
+                        out += [Config(adapter, dtype, optimizer, s, offload) for s in self.strategies()]
+        if not out and self.o.offload == ("optimizer",):
+            raise InputError(
+                "offload is predicted for full fine-tuning in bf16-mixed on a GPU, with an optimizer the host "
+                "can step (adam, adamw, adagrad, lion_32bit).",
+                "--offload",
+            )
+        if not out:
+            raise InputError("no configuration is left to predict: widen --adapter, --dtype or --optimizer.")
+        return tuple(out), tuple(dict.fromkeys(self.left_out))
+
+    def adapters(self) -> tuple[str, ...]:
+        if self.o.adapters:
+            if "qlora" in self.o.adapters and self.cpu:
+                raise InputError(
+                    "QLoRA's 4-bit and 8-bit kernels are CUDA's: pass a --gpu, not cpu.", "--adapter"
+                )
+            return tuple(a for a in ADAPTERS if a in self.o.adapters)
+        return ("full", "lora") if self.cpu else ADAPTERS
+
+    def dtypes(self, adapter: str) -> tuple[str, ...]:
+        asked = _dtypes(self.o.dtype)
+        for dtype in asked:
+            self._check_dtype(dtype)
+        if adapter == "qlora" and "fp32" in asked:
+            if self.o.adapters and asked == ("fp32",):
+                raise InputError(
+                    "QLoRA computes in half precision: pass --dtype bf16-mixed (or bf16).", "--dtype"
+                )
+            asked = tuple(d for d in asked if d != "fp32")
+        if asked:
+            return asked
+        if self.cpu:
+            return ("fp32",)
+        best = "bf16-mixed" if self.acc is None or "bf16" in self.acc.tflops else "fp16-mixed"
+        # pure bf16 is a full fine-tuning choice; an adapter's frozen base is bf16 under bf16-mixed already
+        return (best, "bf16") if adapter == "full" and best == "bf16-mixed" else (best,)
+
+    def _check_dtype(self, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}. Choose from: {', '.join(DTYPES)}.", "--dtype")
+        acc = self.acc
+        if acc is not None and not self.cpu and accelerators.peak_tflops(acc, dtype) is None:
+            raise InputError(
+                f"{acc.name} has no {accelerators.PRECISION[dtype]} support; use --dtype fp16-mixed or fp32.",
+                "--dtype",
+            )
+
+    def optimizers(self, adapter: str) -> tuple[str, ...]:
+        info = self.rules.optimizer_info
+        if self.o.optimizers:
+            for name in self.o.optimizers:
+                self._check_installed(name)
+                if adapter not in info[name].adapters and self.o.adapters:
+                    raise InputError(
+                        f"{name} trains {', '.join(info[name].adapters)} only: with --adapter {adapter}, "
+                        "pick an AdamW-class optimizer (e.g. adamw).",
+                        "--optimizer",
+                    )
+            return tuple(n for n in self.o.optimizers if adapter in info[n].adapters)
+        out = []
+        for name, record in info.items():
+            if record.menu and adapter in record.adapters:
+                if record.package and find_spec(record.package) is None:
+                    self.left_out.append(f"{name}: needs {record.package} (pip install {record.package})")
+                else:
+                    out.append(name)
+        return tuple(out)
+
+    def _check_installed(self, name: str) -> None:
+        package = self.rules.optimizer_info[name].package
+        if package and find_spec(package) is None:
+            raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
+
+    def offloads(self, adapter: str, dtype: str, optimizer: str) -> tuple[str, ...]:
+        applies = (
+            adapter == "full"
+            and dtype in OFFLOAD_DTYPES
+            and self.rules.optimizer_info[optimizer].offload
+            and not self.cpu
+        )
+        return tuple(o for o in self.o.offload or OFFLOADS if o == "none" or applies)
+
+    def strategies(self) -> tuple[str, ...]:
+        return tuple(self.o.strategies) or self.rules.strategies
+
+
+def _dtypes(dtype: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    if dtype is None:
+        return ()
+    return (dtype,) if isinstance(dtype, str) else tuple(dict.fromkeys(dtype))
+
+
+def _lora(options: FitOptions) -> Adapter:
+    """The LoRA settings, checked: a positive rank and alpha, 4- or 8-bit base."""
+    if options.lora_r < 1:
+        raise InputError(
+            f"--lora-r must be a positive rank (got {options.lora_r}); 8 to 64 are usual.", "--lora-r"
+        )
+    alpha = 2 * options.lora_r if options.lora_alpha is None else options.lora_alpha
+    if alpha <= 0:
+        raise InputError(
+            f"--lora-alpha must be positive (got {alpha}); the default is 2 x r.", "--lora-alpha"
+        )
+    if options.base_bits not in (4, 8):
+        raise InputError(f"--base-bits is 4 (NF4) or 8 (LLM.int8), not {options.base_bits}.", "--base-bits")
+    if options.adapters and set(options.adapters) == {"full"}:
+        given = [
+            f
+            for f, v in (
+                ("--lora-r", options.lora_r != 16),
+                ("--lora-alpha", options.lora_alpha is not None),
+                ("--lora-targets", bool(options.lora_targets)),
+                ("--base-bits", options.base_bits != 4),
+            )
+            if v
+        ]
+        if given:
+            raise InputError(f"{given[0]} applies to --adapter lora or qlora, not full.", given[0])
+    targets = tuple(t.strip() for t in options.lora_targets if t.strip())
+    return Adapter("lora", options.lora_r, alpha, targets, options.base_bits)
 
 
 def _shape(model: ResolvedModel, options: FitOptions) -> tuple[int | None, int | None]:
@@ -111,16 +278,10 @@ def _check_names(options: FitOptions, rules: Rules) -> None:
     for names, known, flag in (
         (options.optimizers, rules.optimizers, "--optimizer"),
         (options.strategies, rules.strategies, "--strategy"),
+        (options.adapters, ADAPTERS, "--adapter"),
+        (options.offload, OFFLOADS, "--offload"),
+        ((options.attention,), ATTENTIONS, "--attention"),
     ):
         for name in names:
             if name not in known:
                 raise InputError(f"unknown {flag[2:]} {name!r}. Choose from: {', '.join(known)}.", flag)
-
-
-def _default_dtype(acc: Accelerator | None) -> str:
-    """bf16 mixed precision where the chip has bf16, fp16 mixed where it has only fp16, fp32 on a CPU."""
-    if acc is None:
-        return "bf16-mixed"
-    if acc.key == "cpu":
-        return "fp32"
-    return "bf16-mixed" if "bf16" in acc.tflops else "fp16-mixed"

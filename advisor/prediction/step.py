@@ -11,13 +11,52 @@ it and the answer above it share it.
 
 from __future__ import annotations
 
-import difflib
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
-ENGINE_VERSION = 2  # what a prediction means: bump it when that changes, and cached ones are traced again
+ENGINE_VERSION = 3  # what a prediction means: bump it when that changes, and cached ones are traced again
 DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+ADAPTERS = ("full", "lora", "qlora")
+OFFLOADS = ("none", "optimizer")
+ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
 BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """What trains: the whole model (full), or LoRA adapters on a frozen base (lora) that is quantized to
+    `base_bits` (qlora: 4-bit NF4 with double quantization, or 8-bit LLM.int8)."""
+
+    kind: str = "full"  # full | lora | qlora
+    r: int = 16  # LoRA's rank
+    alpha: int = 32  # LoRA's scaling numerator (lora_alpha)
+    targets: tuple[
+        str, ...
+    ] = ()  # module names LoRA adapts; (): every linear layer of the blocks (all-linear)
+    base_bits: int = 4  # qlora's base: 4 (NF4) or 8 (LLM.int8)
+
+    def key(self) -> dict:
+        """What a prediction of this adapter depends on."""
+        if self.kind == "full":
+            return {"adapter": "full"}
+        out = {"adapter": self.kind, **{k: v for k, v in asdict(self).items() if k != "kind"}}
+        if self.kind == "lora":
+            out.pop("base_bits")
+        return out
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One configuration of the fine-tuning menu, as a prediction is keyed and a row of the answer shows it."""
+
+    adapter: str  # full | lora | qlora (its rank, targets and base bits are the question's)
+    dtype: str  # fp32 | bf16-mixed | fp16-mixed | bf16 (see rules/fit.toml [precision])
+    optimizer: str
+    strategy: (
+        str  # standard | checkpointing | selective-checkpointing | accumulation | checkpointing+accumulation
+    )
+    offload: str = "none"  # none | optimizer: optimizer state and fp32 master weights on the host
 
 
 # --- depth: traced at 1 and 2 blocks of each stack -----------------------------------------------------
@@ -85,6 +124,8 @@ def _aligned(low: list, high: list):
     contiguous layout makes unnecessary), the other's previous vector stands in for it."""
     if [op for op, _ in low] == [op for op, _ in high]:
         return [(a, b) for (_, a), (_, b) in zip(low, high, strict=True)]
+    import difflib  # only where a trace is made
+
     pairs = []
     matcher = difflib.SequenceMatcher(a=[op for op, _ in low], b=[op for op, _ in high], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -122,6 +163,26 @@ def tensor_peak(payload: dict, batch: int) -> tuple[str, dict[str, float]]:
     return phase, phases[phase]
 
 
+def peak_total(payload: dict, batch: int) -> float:
+    """The step's peak of live tensor bytes at a micro-batch size: `tensor_peak`'s total, without its
+    breakdown (the max-batch search calls it a few dozen times per configuration)."""
+    coefficients = _coefficients(payload)
+    best = 0.0
+    for points in payload["phases"].values():
+        total = 0.0
+        for c, lines in zip(coefficients, points, strict=True):
+            if c:
+                total += c * max(sum(ln["a"].values()) + batch * sum(ln["b"].values()) for ln in lines)
+        best = max(best, total)
+    return best
+
+
+def _coefficients(payload: dict) -> list[int]:
+    """The weight of each depth point in the combination at the model's depths."""
+    depths = list(payload["depth"].values())
+    return [1 - sum(d - 1 for d in depths)] + [d - 1 for d in depths]
+
+
 def step_flops(payload: dict, batch: int) -> float:
     """FLOPs of one micro-batch's forward and backward (recomputation included)."""
     return _depth_combination(payload, [{"flops": a + batch * b} for a, b in payload["flops"]])["flops"]
@@ -134,3 +195,21 @@ def optimizer_traffic(payload: dict) -> float:
 
 def n_params(payload: dict) -> int:
     return round(_depth_combination(payload, [{"n": n} for n in payload["n_params"]])["n"])
+
+
+def trainable(payload: dict) -> int:
+    """Parameters the optimizer updates (all of them, or an adapter's)."""
+    return round(_depth_combination(payload, [{"n": n} for n in payload["trainable"]])["n"])
+
+
+def host_bytes(payload: dict) -> float:
+    """Bytes held in host memory: an offloaded optimizer's state, master weights and gradients, or a paged
+    optimizer's state."""
+    return _depth_combination(payload, [{"b": b} for b in payload["host"]])["b"]
+
+
+def host_traffic(payload: dict) -> float:
+    """Bytes an offloaded optimizer's step reads and writes in host memory."""
+    return _depth_combination(
+        payload, [{"b": b} for b in payload.get("host_traffic", [0] * len(payload["host"]))]
+    )["b"]

@@ -131,6 +131,29 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     return RGroup(*parts)
 
 
+def menu_lines(menu: dict) -> str:
+    """The fine-tuning menu for the user's model, in a few lines of recommend's headline."""
+
+    def said(row: dict) -> str:
+        speed = f", {row['tokens_per_s']:,.0f} tokens/s" if row["tokens_per_s"] else ""
+        return f"{row['configuration']} ({row['memory_gb']:.1f} GB{speed})"
+
+    lines = [f"Across the fine-tuning menu ({menu['fitting']} of {menu['configurations']} fit; advisor fit):"]
+    if menu["pick"]:
+        lines.append(f"  the pick: {said(menu['pick'])}")
+    else:
+        lines += [
+            f"  {r['rung']}: {'fits' if r['fits'] else 'does not fit'}"
+            + (f" at {r['memory_gb']:.1f} GB" if r["memory_gb"] else "")
+            for r in menu["ladder"]
+        ]
+    best = menu["best_for_metric"]
+    if best and best != menu["pick"]:
+        lines.append(f"  best by this metric: {said(best)}")
+    lines.append(f"  {menu['quality']}")
+    return "\n".join(lines)
+
+
 def _headline(answer: Answer, rules: Rules) -> Panel:
     metric = answer.metric
     measure = rules.measures.get(answer.measure) if answer.measure else None
@@ -183,6 +206,9 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
         )
         if m["warning"]:
             body.append(f"\n{m['warning']}", style="bold yellow")
+    menu = answer.menu
+    if menu:
+        body.append("\n" + menu_lines(menu), style="magenta")
     v = answer.validation
     if v and v["passed"]:
         body.append(
@@ -442,9 +468,50 @@ def claims_view(verdicts) -> RenderableType:
     return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))
 
 
-def fit_view(answer) -> RenderableType:
-    """`advisor fit`: the model and accelerator, every configuration, where the memory goes, how to run it."""
-    q, rows = answer.question, answer.rows
+def fit_view(answer, everything: bool = False) -> RenderableType:
+    """`advisor fit`: the model and accelerator, the pick (or the ladder to one), the configurations that
+    matter, where their memory goes, how to run the pick, and what the numbers rest on."""
+    rows = answer.shown(everything)
+    parts = [_fit_head(answer)]
+    if answer.ladder:
+        parts.append(_ladder(answer))
+    parts += [_fit_table(answer, rows), _memory_table(rows)]
+    trades = {r.optimizer: r.trade for r in rows if r.trade}
+    if trades:
+        text = Text("What the other optimizers trade\n", style="bold")
+        for name, trade in trades.items():
+            text.append(f"• {name}: {trade}\n")
+        parts.append(text)
+    shown = answer.pick or min(answer.rows, key=lambda r: r.total)
+    label = "Run it" if answer.pick else "The smallest configuration"
+    parts.append(Text(f"{label} ({shown.label}):", style="bold"))
+    parts.append(Text(shown.trainer_code + "\n"))
+    notes = Text("Assumptions\n", style="bold")
+    notes.append(
+        f"• Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}\n",
+        style="dim",
+    )
+    for a in answer.assumptions:
+        notes.append(f"• {first_sentence(a)}\n", style="dim")
+    notes.append("(each with its source: --json, or rules/fit.toml)\n", style="dim")
+    parts.append(notes)
+    return RGroup(*parts)
+
+
+def first_sentence(text: str) -> str:
+    """An assumption's claim without its evidence: up to the first full stop that ends a sentence."""
+    for i, ch in enumerate(text):
+        if (
+            ch == "."
+            and (i + 1 == len(text) or text[i + 1] == " ")
+            and not text[max(0, i - 3) : i].endswith(("e.g", "i.e", "al", "vs"))
+        ):
+            return text[: i + 1]
+    return text
+
+
+def _fit_head(answer) -> Panel:
+    q = answer.question
     head = Text()
     family = q.model.family.name if q.model.listed else "unknown family"
     head.append(f"{q.model.name}", style="bold")
@@ -452,82 +519,79 @@ def fit_view(answer) -> RenderableType:
         f" ({q.model.model_type or 'reference model'}, {family}) · {answer.n_params / 1e9:.3g} B parameters\n"
     )
     where = q.accelerator.name if q.accelerator else "a custom budget"
-    head.append(f"{where}: {q.budget_gb:.1f} GB · {q.dtype} · micro-batch {q.batch_size}")
+    head.append(f"{where}: {q.budget_gb:.1f} GB · micro-batch {q.batch_size}")
     head.append(f" × {q.seq_len} tokens" if q.seq_len else "")
     head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
     head.append(f" · accumulation {q.accumulation_steps} · attention {answer.attention}\n")
-    fitting = answer.fitting
-    if fitting:
-        best = fitting[0]
-        speed = f", {best.predicted_step_s:.3g} s/step" if best.predicted_step_s else ""
-        head.append(f"{len(fitting)} of {len(rows)} configurations fit. ", style="bold green")
-        head.append(f"First: {best.optimizer} + {best.strategy} ({best.total:.1f} GB{speed})")
+    pick, n = answer.pick, len(answer.rows)
+    if pick:
+        speed = f", {pick.tokens_per_s:,.0f} tokens/s" if pick.tokens_per_s else ""
+        head.append(f"{len(answer.fitting)} of {n} configurations fit. ", style="bold green")
+        head.append(f"The pick: {pick.label} ({pick.total:.1f} GB{speed})")
     else:
-        head.append(f"None of {len(rows)} configurations fits.", style="bold red")
+        head.append(f"None of {n} configurations fits.", style="bold red")
     cache = (
         "every prediction from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
     )
-    head.append(f"\n{cache}", style="dim")
-    parts = [Panel(head, title="advisor fit", title_align="left", border_style="green" if fitting else "red")]
-    parts += [_fit_table(answer), _memory_table(answer)]
-    shown = fitting[0] if fitting else min(rows, key=lambda r: r.total)
-    label = "Run it" if fitting else "The smallest configuration"
-    parts.append(
-        Text(f"{label} ({shown.optimizer} + {shown.strategy}) with Hugging Face Trainer:", style="bold")
-    )
-    parts.append(Text(shown.trainer_code + "\n"))
-    if answer.beyond:
-        beyond = Text("Beyond this tool's grid\n", style="bold yellow")
-        for line in answer.beyond:
-            beyond.append(f"• {line}\n")
-        parts.append(beyond)
-    notes = Text("Assumptions\n", style="bold")
-    notes.append(
-        f"• Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}\n",
-        style="dim",
-    )
-    for a in answer.assumptions:
-        notes.append(f"• {a}\n", style="dim")
-    parts.append(notes)
-    return RGroup(*parts)
+    shown = len(answer.shown())
+    more = f" · {shown} of {n} shown (--all for every one)" if shown < n else ""
+    head.append(f"\n{cache}{more}", style="dim")
+    return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
 
 
-SHORT_STRATEGY = {"checkpointing+accumulation": "ckpt+accum"}  # tables must fit 80 columns
+def _ladder(answer) -> Text:
+    text = Text("Nothing as asked fits. The ladder, lever by lever:\n", style="bold yellow")
+    for rung in answer.ladder:
+        text.append(f"{'✓' if rung.fits else '✗'} {rung.sentence}\n", style="green" if rung.fits else None)
+    return text
 
 
-def _fit_table(answer) -> Table:
-    table = Table(
-        title="Configurations (fits first, fastest first)", title_justify="left", box=None, pad_edge=False
-    )
-    for col in (
-        "optimizer",
-        "strategy",
-        "fits",
-        "GB",
-        "max batch",
-        "s/step",
-        "tokens/s" if answer.question.seq_len else "samples/s",
-    ):
+SHORT_STRATEGY = {  # tables must fit 80 columns
+    "checkpointing+accumulation": "ckpt+accum",
+    "selective-checkpointing": "selective",
+    "checkpointing": "ckpt",
+    "accumulation": "accum",
+}
+SHORT_DTYPE = {"bf16-mixed": "bf16-mix", "fp16-mixed": "fp16-mix"}
+
+
+def _what(r) -> str:
+    """The configuration as a table shows it: 'lora16 bf16-mix adamw ckpt'."""
+    a = r.adapter
+    adapter = {"full": "full", "lora": f"lora{a.r}", "qlora": f"qlora{a.base_bits}"}[a.kind]
+    strategy = SHORT_STRATEGY.get(r.strategy, r.strategy) + ("+offload" if r.offload != "none" else "")
+    return f"{adapter} {SHORT_DTYPE.get(r.dtype, r.dtype)} {r.optimizer} {strategy}"
+
+
+def _fit_table(answer, rows) -> Table:
+    table = Table(title="Configurations (the pick first)", title_justify="left", box=None, pad_edge=False)
+    rate = "tok/s" if answer.question.seq_len else "samples/s"
+    for col in ("#", "adapter dtype optimizer strategy", "fits", "GB", "host", "batch", rate):
         table.add_column(
-            col, justify="left" if col in ("optimizer", "strategy", "fits") else "right", no_wrap=True
+            col,
+            justify="left" if col[0] in "af" else "right",
+            no_wrap=col != "adapter dtype optimizer strategy",
         )
-    for r in answer.rows:
-        rate = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
+    for i, r in enumerate(rows, 1):
+        speed = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
         table.add_row(
-            r.optimizer,
-            SHORT_STRATEGY.get(r.strategy, r.strategy),
+            str(i),
+            _what(r),
             "[green]✓[/green]" if r.fits else "[red]✗[/red]",
             f"{r.total:.1f}",
+            f"{r.host_gb:.1f}" if r.host_gb >= 0.05 else "",
             str(r.max_batch_size) if r.max_batch_size else "—",
-            fmt(r.predicted_step_s),
-            rate,
+            speed,
         )
     return table
 
 
-def _memory_table(answer) -> Table:
+def _memory_table(rows) -> Table:
     table = Table(
-        title="Where the memory goes (GB, at the step's peak)", title_justify="left", box=None, pad_edge=False
+        title="Where the memory goes (GB at the step's peak; # as above)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
     )
     cols = {
         "parameters": "params",
@@ -538,14 +602,12 @@ def _memory_table(answer) -> Table:
         "overhead": "other",
         "total": "total",
     }
-    table.add_column("optimizer", no_wrap=True)
-    table.add_column("strategy", no_wrap=True)
+    table.add_column("#", justify="right")
     for header in cols.values():
         table.add_column(header, justify="right", no_wrap=True)
-    for r in answer.rows:
-        table.add_row(
-            r.optimizer, SHORT_STRATEGY.get(r.strategy, r.strategy), *(f"{r.memory_gb[c]:.1f}" for c in cols)
-        )
+    table.add_column("peak at")
+    for i, r in enumerate(rows, 1):
+        table.add_row(str(i), *(f"{r.memory_gb[c]:.1f}" for c in cols), r.peak_phase.rstrip("0123456789"))
     return table
 
 

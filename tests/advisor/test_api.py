@@ -44,9 +44,24 @@ def test_open_kb_is_read_only(kb_path):
 
 
 def test_fit_answers_for_a_reference_model():
-    fitted = advisor.fit("vit", gpu="A100-80GB", optimizers=("adam",), strategies=("standard",))
+    fitted = advisor.fit(
+        "vit",
+        gpu="A100-80GB",
+        optimizers=("adam",),
+        strategies=("standard",),
+        adapters=("full",),
+        dtype="bf16",
+    )
     (row,) = fitted.rows
-    assert row.optimizer == "adam" and row.fits and row.memory_gb["total"] > 0
+    assert row.optimizer == "adam" and row.fits and row.memory_gb["total"] > 0 and row.dtype == "bf16"
+    lora = advisor.fit(
+        "vit", gpu="A100-80GB", optimizers=("adamw",), strategies=("standard",), adapters=("lora",), lora_r=4
+    )
+    assert lora.rows[0].adapter.r == 4 and lora.rows[0].trainable_parameters < lora.n_params / 10
+    with pytest.raises(advisor.InputError, match="--lora-r"):
+        advisor.fit("vit", gpu="A100-80GB", adapters=("lora",), lora_r=0)
+    with pytest.raises(advisor.InputError, match="takes no rank"):
+        advisor.fit("vit", gpu="A100-80GB", rank=4)
 
 
 def test_import_advisor_stays_cheap():

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,11 @@ from advisor.rules import load_rules
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "tests/fixtures/configs/Qwen2-0.5B"
 LLAMA_8B = REPO / "tests/fixtures/configs/Llama-3.1-8B"
-QUICK = (
+QUICK = (  # the paper's corner of the menu: full fine-tuning, two optimizers, two strategies
+    "--adapter",
+    "full",
+    "--offload",
+    "none",
     "--seq-len",
     "256",
     "--optimizer",
@@ -55,7 +58,7 @@ def test_fit_answers_about_the_model_and_accelerator(invoke, user_dir):
     assert out["accelerator"]["name"] == "NVIDIA T4" and out["accelerator"]["memory_gb"] == pytest.approx(
         17.18, abs=0.01
     )
-    assert out["dtype"] == "fp16-mixed"  # a T4 has no bf16
+    assert out["dtypes"] == ["fp16-mixed"]  # a T4 has no bf16
     assert len(out["configurations"]) == 4 and out["assumptions"]
     row = out["configurations"][0]
     assert set(row["memory_gb"]) == {
@@ -81,14 +84,16 @@ def test_fit_answers_about_the_model_and_accelerator(invoke, user_dir):
 
 
 def test_the_largest_micro_batch_is_the_last_that_fits(invoke):
-    out = fit_json(invoke, "--model", QWEN, "--gpu", "L4", *QUICK)
+    out = fit_json(invoke, "--model", QWEN, "--gpu", "L4", *QUICK, "--dtype", "bf16-mixed")
     row = next(
         r for r in out["configurations"] if r["optimizer"] == "sgd" and r["strategy"] == "checkpointing"
     )
     largest = row["max_batch_size"]
     assert largest > 1
     at = {
-        b: fit_json(invoke, "--model", QWEN, "--gpu", "L4", *QUICK, "--batch-size", str(b))
+        b: fit_json(
+            invoke, "--model", QWEN, "--gpu", "L4", *QUICK, "--dtype", "bf16-mixed", "--batch-size", str(b)
+        )
         for b in (largest, largest + 1)
     }
     fits = {
@@ -115,32 +120,105 @@ def test_a_repeated_question_imports_no_torch(invoke, tmp_path):
     assert "HEAVY []" in out and '"cached": true' in out
 
 
-def test_nothing_fits_names_the_smallest_and_what_would(invoke):
-    out = fit_json(
-        invoke,
+def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
+    """Full fine-tuning of an 8B model in 24 GB: pure bf16, 8-bit states, checkpointing, each with its GB, up
+    to several GPUs; nothing of the asked corner fits."""
+    args = (
         "--model",
         LLAMA_8B,
         "--memory",
         "24",
         "--seq-len",
         "512",
-        "--optimizer",
-        "sgd",
-        "--optimizer",
-        "adam",
+        "--adapter",
+        "full",
+        "--offload",
+        "none",
     )
-    assert not any(r["fits"] for r in out["configurations"])
-    beyond = " ".join(out["beyond_this_grid"])
-    assert (
-        "The smallest is sgd" in beyond
-        and "LoRA" in beyond
-        and "8-bit" in beyond
-        and "offload" in beyond.lower()
+    out = fit_json(invoke, *args, "--optimizer", "adamw", "--optimizer", "adamw_bnb_8bit")
+    assert not any(r["fits"] for r in out["configurations"]) and out["pick"] is None
+    rungs = [r["rung"] for r in out["ladder"]]
+    assert rungs == ["as asked", "pure bf16", "8-bit states", "checkpointing", "several GPUs"]
+    assert all(r["memory_gb"] > 24 for r in out["ladder"][:-1]) and out["ladder"][-1]["note"]
+    sizes = [r["memory_gb"] for r in out["ladder"][:-1]]
+    assert sizes[0] > sizes[1] > sizes[2]  # each lever takes memory off
+    text = invoke("fit", *args, "--optimizer", "adamw").output
+    assert "None of" in text and "The ladder" in text and "several GPUs" in text
+
+
+@pytest.mark.slow
+def test_the_default_menu_answers_an_8b_fine_tune_on_a_24_gb_and_an_80_gb_gpu(invoke):
+    """The published Llama-3.1-8B config: on an RTX 4090 a configuration that fits (the ladder's first rung
+    that does) with its code; on an H100 an AdamW-class optimizer first. One trace serves both."""
+    rtx = fit_json(invoke, "--model", LLAMA_8B, "--gpu", "RTX4090")
+    pick = rtx["configurations"][0]
+    assert pick["fits"] and pick["adamw_class"] and rtx["pick"] and rtx["ladder"][-1]["fits"]
+    assert "trainer.train()" in pick["code"] and pick["memory_gb"]["total"] <= 25.8
+    h100 = fit_json(invoke, "--model", LLAMA_8B, "--gpu", "H100")
+    assert h100["cached"] and h100["configurations"][0]["adamw_class"] and h100["configurations"][0]["fits"]
+    assert not h100["ladder"] and h100["configurations"][0]["adapter"] == "full"
+    for key in (
+        "adapter",
+        "base_bits",
+        "trainable_parameters",
+        "optimizer",
+        "strategy",
+        "dtype",
+        "attention",
+        "offload",
+        "host_gb",
+        "tokens_per_s",
+        "code",
+        "fits",
+        "max_batch_size",
+        "memory_gb",
+        "step_flops",
+        "predicted_step_s",
+    ):
+        assert key in pick, key
+    text = invoke("fit", "--model", LLAMA_8B, "--gpu", "RTX4090").output
+    shown = text.split("Configurations")[1].split("Where the memory goes")[0]
+    assert len([line for line in shown.splitlines() if line.strip()[:1].isdigit()]) <= 12
+
+
+def test_mixtral_gpt2_with_a_pad_token_and_t5_get_answers_or_one_sentence(invoke, tmp_path):
+    mixtral = fit_json(
+        invoke,
+        "--model",
+        REPO / "tests/fixtures/configs/Mixtral-8x7B-v0.1",
+        "--gpu",
+        "H100",
+        "--adapter",
+        "qlora",
+        "--optimizer",
+        "adamw",
+        "--strategy",
+        "checkpointing",
+        "--seq-len",
+        "256",
     )
-    text = invoke(
-        "fit", "--model", LLAMA_8B, "--memory", "24", "--seq-len", "512", "--optimizer", "sgd"
-    ).output
-    assert "None of" in text and "Beyond this tool's grid" in text
+    assert mixtral["model"]["parameters"] == 46_702_792_704 and mixtral["configurations"]
+    assert any("experts" in a for a in mixtral["assumptions"])
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "architectures": ["GPT2LMHeadModel"],
+                "n_embd": 64,
+                "n_layer": 2,
+                "n_head": 4,
+                "n_positions": 128,
+                "vocab_size": 512,
+                "pad_token_id": 0,
+            }
+        )
+    )
+    assert fit_json(invoke, "--model", gpt2, "--gpu", "T4", *QUICK[:4])["configurations"]
+    t5 = invoke("fit", "--model", REPO / "tests/fixtures/configs/t5-small", "--gpu", "T4")
+    assert t5.exit_code == 1 and "encoder-decoder" in t5.output and t5.output.count(". ") <= 1
+    assert "--arch" not in invoke("recommend", "--model", REPO / "tests/fixtures/configs/t5-small").output
 
 
 def test_gpu_names_as_people_type_them():
@@ -160,27 +238,6 @@ def test_gpu_names_as_people_type_them():
     with pytest.raises(accelerators.UnknownAccelerator, match="Did you mean: .*a100"):
         accelerators.resolve("A1000", rules)
     assert accelerators.find("CPU: AMD EPYC 7B13 (2 cores)", rules) is None
-
-
-def test_training_arguments_are_trainers_own():
-    from transformers import TrainingArguments
-    from transformers.training_args import OptimizerNames
-
-    from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitOptions, question
-    from advisor.prediction.snippets import training_arguments
-
-    rules = load_rules()
-    q = question(resolve_model(str(QWEN), rules), FitOptions(gpu="A100-80GB", seq_len=256), rules)
-    names = {f.name for f in fields(TrainingArguments)}
-    for optimizer in rules.optimizers:
-        for strategy in rules.strategies:
-            args, code = training_arguments(q, optimizer, strategy)
-            assert set(args) <= names, (optimizer, args)
-            assert "optim" not in args or args["optim"] in {o.value for o in OptimizerNames}
-            assert "TrainingArguments(" in code and ("optimizers=(optimizer, None)" in code) == (
-                optimizer in ("adadelta", "cgd")
-            )
 
 
 @pytest.mark.parametrize(
@@ -212,6 +269,53 @@ def test_training_arguments_are_trainers_own():
         (["--model", QWEN, "--gpu", "T4", "--optimizer", "lion"], 2, "unknown optimizer"),
         (["--model", QWEN, "--gpu", "T4", "--dtype", "int8"], 2, "--dtype"),
         (["--gpu", "T4"], 2, "pass --model"),
+        (["--model", QWEN, "--gpu", "T4", "--adapter", "dora"], 2, "--adapter"),
+        (["--model", QWEN, "--gpu", "T4", "--lora-r", "0"], 2, "--lora-r"),
+        (["--model", QWEN, "--gpu", "T4", "--lora-alpha", "-2"], 2, "--lora-alpha"),
+        (["--model", QWEN, "--gpu", "T4", "--base-bits", "2"], 2, "--base-bits"),
+        (["--model", QWEN, "--gpu", "T4", "--attention", "flash3"], 2, "--attention"),
+        (["--model", QWEN, "--gpu", "T4", "--offload", "disk"], 2, "--offload"),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--adapter", "qlora", "--dtype", "fp32"],
+            2,
+            "QLoRA computes in half",
+        ),
+        (["--model", QWEN, "--gpu", "cpu", "--adapter", "qlora"], 2, "CUDA"),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--adapter", "lora", "--optimizer", "muon"],
+            2,
+            "trains full only",
+        ),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--adapter", "lora", "--offload", "optimizer"],
+            2,
+            "offload is predicted",
+        ),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--adapter", "full", "--lora-r", "8"],
+            2,
+            "applies to --adapter lora",
+        ),
+        (
+            [
+                "--model",
+                QWEN,
+                "--gpu",
+                "H100",
+                "--adapter",
+                "lora",
+                "--lora-targets",
+                "nonexistent_proj",
+                "--optimizer",
+                "adamw",
+                "--strategy",
+                "standard",
+                "--seq-len",
+                "64",
+            ],
+            2,
+            "match no module",
+        ),
         (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot resolve model"),
     ],
 )

@@ -1,0 +1,139 @@
+"""How `advisor fit` orders the menu, as a practitioner picks: among configurations that fit, an AdamW-class
+optimizer, giving up as little as possible (the ladder's order: pure bf16, then 8-bit states, then
+checkpointing, then LoRA, then QLoRA, then offload), at the highest precision, fastest by tokens/s; then the
+rest. When nothing as asked fits, the ladder quantifies each rung and the first that fits is the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.prediction.question import Question
+from advisor.prediction.row import Row
+
+RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "QLoRA", "offload")
+PRECISION = {"fp32": 0, "bf16-mixed": 1, "fp16-mixed": 1, "bf16": 2}  # highest first
+SHOWN = 12  # rows of the default output
+SEVERAL_GPUS = (
+    "several GPUs: FSDP or DeepSpeed ZeRO shards weights, gradients and optimizer state across GPUs, which "
+    "advisor fit does not predict yet"
+)
+
+
+def rung(row: Row) -> int:
+    """The furthest lever a configuration pulls, in the ladder's order (0: none, as asked)."""
+    if row.offload != "none":
+        return 6
+    if row.adapter.kind == "qlora":
+        return 5
+    if row.adapter.kind == "lora":
+        return 4
+    if row.strategy in ("checkpointing", "selective-checkpointing", "checkpointing+accumulation"):
+        return 3
+    if row.bits < 32:
+        return 2
+    return 1 if row.dtype == "bf16" else 0
+
+
+def key(row: Row) -> tuple:
+    """The practitioner's order: what fits, AdamW-class, the least given up, the highest precision and state
+    bits, a micro-batch per step (accumulation changes the effective batch, never saves memory at a fixed
+    micro-batch), then the fastest (the least memory where no speed is known)."""
+    speed = -(row.tokens_per_s or row.throughput or 0.0)
+    if not row.fits:
+        return (1, not row.adamw, rung(row), row.total)
+    return (
+        0,
+        not row.adamw,
+        rung(row),
+        PRECISION[row.dtype],
+        -row.bits,
+        row.strategy.endswith("accumulation"),
+        speed,
+        row.total,
+    )
+
+
+def ranked(rows: list[Row], q: Question) -> list[Row]:
+    return sorted(rows, key=key)
+
+
+@dataclass
+class Rung:
+    """One rung of the ladder: the lever, and the configuration that pulls it (None: not predicted)."""
+
+    name: str
+    row: Row | None
+
+    @property
+    def fits(self) -> bool:
+        return self.row is not None and self.row.fits
+
+    @property
+    def sentence(self) -> str:
+        if self.row is None:
+            return SEVERAL_GPUS + "."
+        r = self.row
+        speed = f", {r.tokens_per_s:,.0f} tokens/s" if r.tokens_per_s else ""
+        host = f" (+{r.host_gb:.1f} GB on the host)" if r.host_gb >= 0.05 else ""
+        verdict = "fits" if r.fits else "does not fit"
+        return f"{self.name}: {r.label}, {r.total:.1f} GB{host}{speed}: {verdict}."
+
+    def as_dict(self) -> dict:
+        return {
+            "rung": self.name,
+            "configuration": self.row.label if self.row else None,
+            "fits": self.fits,
+            "memory_gb": self.row.total if self.row else None,
+            "host_gb": round(self.row.host_gb, 4) if self.row else None,
+            "tokens_per_s": self.row.tokens_per_s if self.row else None,
+            "note": None if self.row else SEVERAL_GPUS,
+        }
+
+
+def ladder(rows: list[Row], q: Question) -> list[Rung]:
+    """When no configuration as asked fits (full fine-tuning, the highest precision, 32-bit states, no
+    checkpointing): each lever in turn, with its best AdamW-class configuration, up to the first that fits;
+    several GPUs last when none does. Empty when something as asked fits, or nothing as asked was asked."""
+    by_rung: dict[int, list[Row]] = {}
+    for r in rows:  # rows are ranked: the first of each rung is its best
+        by_rung.setdefault(rung(r), []).append(r)
+    if not by_rung.get(0) or any(r.fits for r in by_rung[0]):
+        return []
+    out = []
+    for i, name in enumerate(RUNGS):
+        candidates = by_rung.get(i)
+        if not candidates:
+            continue
+        adamw = [r for r in candidates if r.adamw]
+        out.append(Rung(name, (adamw or candidates)[0]))
+        if out[-1].fits:
+            return out
+    return out + [Rung("several GPUs", None)]
+
+
+def shown(rows: list[Row], steps: list[Rung]) -> list[Row]:
+    """The default output: the ladder's configurations, the pick, the best that fits of each adapter (and
+    offload), precision, class (a non-AdamW optimizer, its trade said), strategy and optimizer, then the next
+    best, SHOWN at most, in rank order."""
+    fitting = [r for r in rows if r.fits]
+    wanted: list[Row] = [s.row for s in steps if s.row is not None] + rows[:1]
+    kinds = (
+        lambda r: (r.adapter.kind, r.offload),
+        lambda r: r.dtype,
+        lambda r: r.adamw,
+        lambda r: r.strategy,
+        lambda r: r.optimizer,
+    )
+    for group in kinds:
+        seen = set()
+        for r in fitting:
+            if group(r) not in seen:
+                seen.add(group(r))
+                wanted.append(r)
+    wanted += fitting + rows
+    out: dict[int, Row] = {}
+    for r in wanted:
+        if len(out) < SHOWN:
+            out.setdefault(id(r), r)
+    order = {id(r): i for i, r in enumerate(rows)}
+    return sorted(out.values(), key=lambda r: order[id(r)])
