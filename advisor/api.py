@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from advisor.errors import Error, InputError
 from advisor.kb.reader import open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
+from advisor.prediction.accelerators import resolve as resolve_accelerator
 from advisor.prediction.answer import FitAnswer
 from advisor.prediction.answer import fit as fit_answer
 from advisor.prediction.cache import open_cache
-from advisor.prediction.question import FitOptions, question
+from advisor.prediction.question import FitOptions, installed, mixed_dtype, question
 from advisor.rules import Rules, load_rules
 
 if TYPE_CHECKING:
@@ -88,11 +89,19 @@ def recommend(
             f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
         )
     if resolved is not None and (gpu or memory is not None):
-        # the measured cells (full fine-tuning, the family's grid) checked against a prediction of each; the
-        # answer's menu, predicted as advisor fit predicts it (one cache serves both)
-        grid = tuple(o for o in resolved.family.grid_optimizers if _installed(rules, o))
-        fitted = fit(resolved, gpu=gpu, memory=memory, optimizers=grid, adapters=("full",), offload=("none",))
-        menu_answer = fit(resolved, gpu=gpu, memory=memory, **(menu or {}))
+        # the measured cells (full fine-tuning of the family's grid, at the accelerator's mixed precision)
+        # checked against a prediction of each; the answer's menu, predicted as advisor fit predicts it, under
+        # the same --optimizer, --exclude-optimizer and --strategy (one cache serves both)
+        acc = resolve_accelerator(gpu, rules) if gpu else None
+        grid = tuple(o for o in resolved.family.grid_optimizers if installed(rules, o))
+        shape = dict(gpu=gpu, memory=memory, adapters=("full",), offload=("none",), dtype=mixed_dtype(acc))
+        fitted = fit(resolved, optimizers=grid, **shape)
+        menu_answer = fit(
+            resolved,
+            gpu=gpu,
+            memory=memory,
+            **_narrowed(menu, rules, optimizers, exclude_optimizers, strategies),
+        )
     constraints = Constraints(
         max_memory=memory,
         max_time=max_time,
@@ -121,9 +130,11 @@ def recommend(
 
 
 def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) -> FitAnswer:
-    """`advisor fit` as a `FitAnswer`: every optimizer × strategy on the model and accelerator, with the
-    options of `advisor fit` by their names (`gpu`, `memory`, `batch_size`, `seq_len`, `image_size`, `dtype`,
-    `accumulation_steps`, `optimizers`, `strategies`, `mfu`). Tracing a model not yet in the cache needs the
+    """`advisor fit` as a `FitAnswer` (`.pick`, `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu
+    on the model and accelerator, with the options of `advisor fit` by their names (`gpu`, `memory`,
+    `batch_size`, `seq_len`, `image_size`, `dtype` (a name or a tuple), `accumulation_steps`, `optimizers`,
+    `strategies`, `adapters`, `lora_r`, `lora_alpha`, `lora_targets`, `base_bits`, `offload`, `attention`,
+    `mfu`: advisor.prediction.question.FitOptions). Tracing a question not yet in the cache needs the
     measurement side (torch); a repeated question reads the cache."""
     unknown = sorted(set(options) - {f.name for f in fields(FitOptions)})
     if unknown:
@@ -164,9 +175,18 @@ def require_measure_side() -> None:
         )
 
 
-def _installed(rules: Rules, optimizer: str) -> bool:
-    package = rules.optimizer_info[optimizer].package
-    return package is None or find_spec(package) is not None
+def _narrowed(menu: dict | None, rules: Rules, optimizers: tuple, excluded: tuple, strategies: tuple) -> dict:
+    """advisor fit's menu options for recommend's prediction, with its --optimizer, --exclude-optimizer and
+    --strategy applied."""
+    options = dict(menu or {})
+    if excluded and not optimizers:
+        menu_names = [n for n, o in rules.optimizer_info.items() if o.menu and installed(rules, n)]
+        optimizers = tuple(n for n in menu_names if n not in excluded)
+    if optimizers:
+        options["optimizers"] = tuple(o for o in optimizers if o not in excluded)
+    if strategies:
+        options["strategies"] = tuple(strategies)
+    return options
 
 
 def _model(name: str | ResolvedModel, rules: Rules) -> ResolvedModel:

@@ -29,7 +29,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
@@ -46,8 +46,6 @@ class Anchor:
     model: str  # a fixture folder
     options: dict  # advisor.fit's options for the settings the source states
     settings: str  # those settings in words
-    deepspeed: str | None = None  # which DeepSpeed formula applies
-    notes: list[str] = field(default_factory=list)
 
 
 def llama_factory(label: str, figure: float, **options) -> Anchor:
@@ -87,7 +85,7 @@ for model in ("Llama-3.1-8B", "Llama-2-7b-hf"):
     ANCHORS.append(
         Anchor(
             "axolotl examples/llama-3/README.md",
-            f"LoRA (lora-8b.yml as of 2024-04-18) on {model}",
+            f"LoRA on {model} (lora-8b.yml, 2024-04-18)",
             11,
             model,
             dict(
@@ -137,10 +135,9 @@ def accelerate_gb(n_params: int) -> float:
     return max(estimate_training_usage(n_params * 4, "bfloat16").values()) / 1e9
 
 
-def deepspeed_gb(n_params: int, offload: bool = False) -> float:
-    """DeepSpeed's model states of mixed-precision Adam on one GPU: 16 bytes per parameter, or 2 with the
-    optimizer offloaded (ZeRO-Offload)."""
-    return (2 if offload else 16) * n_params / 1e9
+def deepspeed_gb(n_params: int) -> float:
+    """DeepSpeed's model states of mixed-precision Adam on one GPU: 16 bytes per parameter (ZeRO paper, 3.1)."""
+    return 16 * n_params / 1e9
 
 
 def menu_timings(model: Path) -> dict:
@@ -235,7 +232,7 @@ def main() -> None:
         rows.append(row)
         ds = f"{row['deepspeed_gb']:7.1f}" if row["deepspeed_gb"] else "      -"
         print(
-            f"{a.source[:20] + ': ' + a.label:58.58s} {a.figure_gb:7.1f} {mine['total_gb']:7.1f} "
+            f"{a.source.split()[0] + ': ' + a.label:58s} {a.figure_gb:7.1f} {mine['total_gb']:7.1f} "
             f"{row['accelerate_gb']:7.1f} {ds}",
             flush=True,
         )

@@ -49,13 +49,13 @@ def adapted(model, adapter: Adapter, dtype: str, mode=None):
         with mode or nullcontext(), no_fake_memo(mode) if mode is not None else nullcontext():
             return get_peft_model(model, lora_config(adapter), autocast_adapter_dtype=dtype != "bf16")
     except ValueError as e:
-        if "not found in the base model" in str(e) or "Target modules" in str(e):
+        if any(s in str(e) for s in ("not found in the base model", "Target modules", "is not supported")):
             names = sorted(
                 {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
             )
             raise InputError(
-                f"--lora-targets {','.join(adapter.targets)} match no module of the model; its linear layers "
-                f"are named {', '.join(names)}.",
+                f"--lora-targets {','.join(adapter.targets)} match no linear layer of the model; name them by "
+                f"their last part, as peft matches them: {', '.join(names)}.",
                 "--lora-targets",
             ) from e
         raise

@@ -389,7 +389,10 @@ def _trace_optimizer(spec: Spec, model, params, name: str, mode, fit_rules: dict
         moved = (
             3 * weights + 2 * peak["optimizer_state"]
         )  # weights and state read and written, gradients read
-    return {"peak": peak, "traffic": moved, "paged": paged_state_bytes(optimizer)}
+    paged = (
+        paged_state_bytes(optimizer) if spec.device == "cuda" else 0
+    )  # on a CPU, host memory is the device's
+    return {"peak": peak, "traffic": moved, "paged": paged}
 
 
 def parameter_count(spec: Spec) -> int:

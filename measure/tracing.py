@@ -147,7 +147,7 @@ class OpTraffic(_OpCounter):
     }
 
     def count(self, func, args, kwargs, out) -> int:
-        if func.is_view:
+        if func.is_view or not _moves_data(func):
             return 0
         read = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         unwritten = self.READ_ONLY.get(func._schema.name.split("::")[-1], set())
@@ -161,6 +161,17 @@ class OpTraffic(_OpCounter):
         ids = {id(t) for t in read}
         written += [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and id(t) not in ids]
         return sum(t.nbytes for t in read) + sum(t.nbytes for t in written)
+
+
+def _moves_data(func) -> bool:
+    """Whether an op reads or writes tensor data: not a metadata query (prim.device, sym_size, is_contiguous,
+    ...), which returns no tensor and writes none."""
+    if func.namespace == "prim":
+        return False
+    schema = func._schema
+    returns = any("Tensor" in str(r.type) for r in schema.returns)
+    writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    return returns or writes
 
 
 def _flop_formulas() -> dict:

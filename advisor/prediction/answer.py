@@ -65,27 +65,9 @@ class FitAnswer:
         """The answer: the first configuration that fits."""
         return self.rows[0] if self.rows and self.rows[0].fits else None
 
-    @property
-    def beyond(self) -> list[str]:
-        """The ladder in sentences (for answers that quote it)."""
-        return [r.sentence for r in self.ladder]
-
     def shown(self, everything: bool = False) -> list[Row]:
         """The rows a reader needs (the ladder, the pick, the best of each adapter), or every one."""
         return self.rows if everything else ranking.shown(self.rows, self.ladder)
-
-    def row_for(self, optimizer: str, strategy: str, adapter: str = "full") -> Row | None:
-        """The best-ranked row of an optimizer and strategy (without offload): what a measured cell of the KB,
-        which trained the whole model, corresponds to."""
-        return next(
-            (
-                r
-                for r in self.rows
-                if (r.optimizer, r.strategy, r.adapter.kind, r.offload)
-                == (optimizer, strategy, adapter, "none")
-            ),
-            None,
-        )
 
     def as_dict(self) -> dict:
         q = self.question
@@ -135,7 +117,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
     trades = trade_notes(kbs, q, rules)
-    rows = ranking.ranked([_row(q, c, found[keys[c]], rules, mfu, trades) for c in q.configs], q)
+    rows = ranking.ranked([_row(q, c, found[keys[c]], rules, mfu, trades) for c in q.configs])
     first = found[keys[q.configs[0]]]
     return FitAnswer(
         q,
@@ -146,7 +128,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         mfu,
         mfu_source,
         len(missing),
-        ranking.ladder(rows, q),
+        ranking.ladder(rows),
     )
 
 
@@ -199,8 +181,11 @@ def _row(q: Question, c: Config, payload: dict, rules: Rules, mfu: float, trades
     flops = step_flops(payload, q.batch_size) * k
     trained = trainable(payload)
     step_s = step_seconds(q, c.dtype, flops, optimizer_traffic(payload), mfu, rules)
+    host = host_bytes(payload)
     if step_s is not None and c.offload != "none":
         step_s += offload_seconds(trained, host_traffic(payload), rules)
+    elif step_s is not None and host and gb["total"] + host / 1e9 > usable_gb(q, rules):
+        step_s += 2 * host / (rules.fit["offload"]["pcie_gbs"] * 1e9)  # paged state evicted and brought back
     samples = q.batch_size * k / step_s if step_s else None
     adapter = q.adapter_of(c.adapter)
     info = rules.optimizer_info[c.optimizer]
@@ -217,7 +202,7 @@ def _row(q: Question, c: Config, payload: dict, rules: Rules, mfu: float, trades
         samples,
         samples * q.seq_len if samples and q.seq_len else None,
         trained,
-        host_bytes(payload) / 1e9,
+        host / 1e9,
         args,
         code,
         info.adamw,

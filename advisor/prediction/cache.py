@@ -7,6 +7,7 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from advisor.rules import Rules
 LIBRARIES = ("peft", "bitsandbytes", "torchao", "schedulefree")  # what some configurations trace
 
 
+@cache  # read once per process: each version is a file read
 def software() -> dict:
     """The versions predictions depend on: the engine, torch, transformers and the menu's libraries."""
     out = {"engine": ENGINE_VERSION}
@@ -42,9 +44,12 @@ def _libraries(config: Config, package: str | None) -> set[str]:
     return out
 
 
-def prediction_key(q: Question, config: Config, soft: dict, package: str | None = None) -> str:
+def prediction_key(
+    q: Question, config: Config, soft: dict, package: str | None = None, modelled: dict | None = None
+) -> str:
     """Everything a prediction depends on, hashed: the config, shape, precision, what trains, attention,
-    implementations, versions (`package`: the optimizer's library, rules/optimizers.toml)."""
+    implementations, versions (`package`: the optimizer's library, rules/optimizers.toml; `modelled`: what
+    rules/fit.toml models of its step, baked into the payload)."""
     parts = {
         "config": q.model.config_hash,
         "seq_len": q.seq_len,
@@ -55,7 +60,8 @@ def prediction_key(q: Question, config: Config, soft: dict, package: str | None 
         "strategy": config.strategy,
         "offload": config.offload,
         "attention": q.traced_attention,
-        **q.adapter_of(config.adapter).key(),
+        **{k: v for k, v in q.adapter_of(config.adapter).key().items() if k != "alpha"},  # alpha: no memory
+        "modelled": modelled,
         **{k: v for k, v in soft.items() if k not in LIBRARIES or k in _libraries(config, package)},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -63,7 +69,11 @@ def prediction_key(q: Question, config: Config, soft: dict, package: str | None 
 
 def keys_of(q: Question, rules: Rules, soft: dict) -> dict[Config, str]:
     """The cache key of each configuration of a question."""
-    return {c: prediction_key(q, c, soft, rules.optimizer_info[c.optimizer].package) for c in q.configs}
+    modelled = rules.fit.get("optimizers", {})
+    return {
+        c: prediction_key(q, c, soft, rules.optimizer_info[c.optimizer].package, modelled.get(c.optimizer))
+        for c in q.configs
+    }
 
 
 @dataclass
@@ -99,7 +109,14 @@ class PredictionCache:
                 "image_size": q.image_size,
                 "device": q.device,
                 "software": soft,
-                "payload": payload,
+                "payload": {
+                    **payload,
+                    "configuration": {
+                        "adapter": q.adapter_of(c.adapter).key(),
+                        "offload": c.offload,
+                        "attention": q.traced_attention,
+                    },
+                },
             }
             for c, payload in fresh.items()
         ]

@@ -4,6 +4,7 @@ later step receives."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from importlib.util import find_spec
 
@@ -75,10 +76,6 @@ class Question:
     def optimizers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.optimizer for c in self.configs))
 
-    @property
-    def strategies(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c.strategy for c in self.configs))
-
     def adapter_of(self, kind: str) -> Adapter:
         """The adapter a configuration's `adapter` names, with the question's LoRA settings."""
         return Adapter() if kind == "full" else replace(self.lora, kind=kind)
@@ -93,12 +90,15 @@ def question(
 ) -> Question:
     """The whole question, every option checked against the model and the accelerator (`accelerator`: one
     already resolved, instead of options.gpu). InputError names the option to fix."""
+    options = _normalized(options)
     acc = accelerator or (accelerators.resolve(options.gpu, rules) if options.gpu else None)
     if acc is None and options.memory is None:
         raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GB.", "--gpu")
     budget = options.memory if options.memory is not None else accelerators.memory_gb(acc)
+    _check_numbers(options)
     _check_names(options, rules)
     lora = _lora(options)
+    _check_attention(options, acc)
     seq_len, image_size = _shape(model, options)
     configs, left_out = Menu(options, rules, acc).configs()
     return Question(
@@ -159,14 +159,15 @@ class Menu:
         if adapter == "qlora" and "fp32" in asked:
             if self.o.adapters and asked == ("fp32",):
                 raise InputError(
-                    "QLoRA computes in half precision: pass --dtype bf16-mixed (or bf16).", "--dtype"
+                    f"QLoRA computes in half precision: pass --dtype {mixed_dtype(self.acc)}.", "--dtype"
                 )
             asked = tuple(d for d in asked if d != "fp32")
+            if not asked:
+                self.left_out.append("qlora: QLoRA computes in half precision, and --dtype asked fp32 only")
+                return ()
         if asked:
             return asked
-        if self.cpu:
-            return ("fp32",)
-        best = "bf16-mixed" if self.acc is None or "bf16" in self.acc.tflops else "fp16-mixed"
+        best = mixed_dtype(self.acc)
         # pure bf16 is a full fine-tuning choice; an adapter's frozen base is bf16 under bf16-mixed already
         return (best, "bf16") if adapter == "full" and best == "bf16-mixed" else (best,)
 
@@ -194,16 +195,18 @@ class Menu:
             return tuple(n for n in self.o.optimizers if adapter in info[n].adapters)
         out = []
         for name, record in info.items():
+            if self.cpu and name.startswith("paged_"):
+                continue  # paging moves state from an accelerator to the host: a CPU run has no such thing
             if record.menu and adapter in record.adapters:
-                if record.package and find_spec(record.package) is None:
+                if not installed(self.rules, name):
                     self.left_out.append(f"{name}: needs {record.package} (pip install {record.package})")
                 else:
                     out.append(name)
         return tuple(out)
 
     def _check_installed(self, name: str) -> None:
-        package = self.rules.optimizer_info[name].package
-        if package and find_spec(package) is None:
+        if not installed(self.rules, name):
+            package = self.rules.optimizer_info[name].package
             raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
 
     def offloads(self, adapter: str, dtype: str, optimizer: str) -> tuple[str, ...]:
@@ -219,6 +222,68 @@ class Menu:
         return tuple(self.o.strategies) or self.rules.strategies
 
 
+def mixed_dtype(acc: Accelerator | None) -> str:
+    """The accelerator's mixed precision: bf16 where the chip has it, fp16 where it has only fp16; fp32 on a
+    CPU (and bf16-mixed for a bare --memory budget)."""
+    if acc is not None and acc.key == "cpu":
+        return "fp32"
+    return "bf16-mixed" if acc is None or "bf16" in acc.tflops else "fp16-mixed"
+
+
+def installed(rules: Rules, optimizer: str) -> bool:
+    """Whether the package an optimizer needs (rules/optimizers.toml) is installed; found without importing."""
+    package = rules.optimizer_info[optimizer].package
+    return package is None or find_spec(package) is not None
+
+
+TUPLES = ("optimizers", "strategies", "adapters", "lora_targets", "offload")
+
+
+def _normalized(options: FitOptions) -> FitOptions:
+    """A single name where a tuple is expected (the Python API's adapters="lora") as a one-name tuple."""
+    fixed = {k: (getattr(options, k),) for k in TUPLES if isinstance(getattr(options, k), str)}
+    return replace(options, **fixed) if fixed else options
+
+
+def _check_numbers(options: FitOptions) -> None:
+    """What click checks on the command line, for the Python API too."""
+    checks = [
+        ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
+        ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
+        ("--lora-r", options.lora_r, 1, "a whole, positive rank; 8 to 64 are usual"),
+    ]
+    if options.seq_len is not None:
+        checks.append(("--seq-len", options.seq_len, 4, "a whole number of tokens, 4 or more"))
+    if options.image_size is not None:
+        checks.append(("--image-size", options.image_size, 8, "a whole number of pixels, 8 or more"))
+    for flag, value, least, what in checks:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{flag} must be {what} (got {value!r}).", flag)
+    for flag, value, top in (("--memory", options.memory, math.inf), ("--mfu", options.mfu, 1.0)):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and (not number or not math.isfinite(value) or not 0 < value <= top):
+            bound = "a positive number of GB" if flag == "--memory" else "a fraction in (0, 1]"
+            raise InputError(f"{flag} must be {bound} (got {value!r}).", flag)
+
+
+def _check_attention(options: FitOptions, acc: Accelerator | None) -> None:
+    """FlashAttention-2 needs an Ampere or newer GPU (bf16 is the proxy: the chips of rules/hardware.toml with
+    bf16 are those) and half precision."""
+    if options.attention != "flash_attention_2":
+        return
+    if acc is not None and (acc.key == "cpu" or "bf16" not in acc.tflops):
+        where = "a CPU" if acc.key == "cpu" else acc.name
+        raise InputError(
+            f"FlashAttention-2 needs an Ampere or newer GPU, not {where}: use --attention sdpa.",
+            "--attention",
+        )
+    if "fp32" in _dtypes(options.dtype):
+        raise InputError(
+            "FlashAttention-2 computes in fp16 or bf16: drop --dtype fp32, or use --attention sdpa.",
+            "--attention",
+        )
+
+
 def _dtypes(dtype: str | tuple[str, ...] | None) -> tuple[str, ...]:
     if dtype is None:
         return ()
@@ -227,10 +292,6 @@ def _dtypes(dtype: str | tuple[str, ...] | None) -> tuple[str, ...]:
 
 def _lora(options: FitOptions) -> Adapter:
     """The LoRA settings, checked: a positive rank and alpha, 4- or 8-bit base."""
-    if options.lora_r < 1:
-        raise InputError(
-            f"--lora-r must be a positive rank (got {options.lora_r}); 8 to 64 are usual.", "--lora-r"
-        )
     alpha = 2 * options.lora_r if options.lora_alpha is None else options.lora_alpha
     if alpha <= 0:
         raise InputError(
@@ -238,6 +299,8 @@ def _lora(options: FitOptions) -> Adapter:
         )
     if options.base_bits not in (4, 8):
         raise InputError(f"--base-bits is 4 (NF4) or 8 (LLM.int8), not {options.base_bits}.", "--base-bits")
+    if options.base_bits != 4 and options.adapters and "qlora" not in options.adapters:
+        raise InputError("--base-bits sets QLoRA's base: add --adapter qlora.", "--base-bits")
     if options.adapters and set(options.adapters) == {"full"}:
         given = [
             f
@@ -251,7 +314,7 @@ def _lora(options: FitOptions) -> Adapter:
         ]
         if given:
             raise InputError(f"{given[0]} applies to --adapter lora or qlora, not full.", given[0])
-    targets = tuple(t.strip() for t in options.lora_targets if t.strip())
+    targets = tuple(sorted({t.strip() for t in options.lora_targets if t.strip()}))
     return Adapter("lora", options.lora_r, alpha, targets, options.base_bits)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.prediction.question import Question
 from advisor.prediction.row import Row
 
 RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "QLoRA", "offload")
@@ -48,12 +47,13 @@ def key(row: Row) -> tuple:
         PRECISION[row.dtype],
         -row.bits,
         row.strategy.endswith("accumulation"),
+        row.optimizer.startswith("paged_"),  # a paged twin only where its unpaged one does not fit
         speed,
         row.total,
     )
 
 
-def ranked(rows: list[Row], q: Question) -> list[Row]:
+def ranked(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=key)
 
 
@@ -90,14 +90,15 @@ class Rung:
         }
 
 
-def ladder(rows: list[Row], q: Question) -> list[Rung]:
+def ladder(rows: list[Row]) -> list[Rung]:
     """When no configuration as asked fits (full fine-tuning, the highest precision, 32-bit states, no
     checkpointing): each lever in turn, with its best AdamW-class configuration, up to the first that fits;
     several GPUs last when none does. Empty when something as asked fits, or nothing as asked was asked."""
     by_rung: dict[int, list[Row]] = {}
     for r in rows:  # rows are ranked: the first of each rung is its best
         by_rung.setdefault(rung(r), []).append(r)
-    if not by_rung.get(0) or any(r.fits for r in by_rung[0]):
+    asked = [r for r in by_rung.get(0, []) if r.adamw] or by_rung.get(0, [])
+    if not asked or any(r.fits for r in asked):
         return []
     out = []
     for i, name in enumerate(RUNGS):

@@ -17,8 +17,12 @@ AUTO_CLASS = {  # family -> the transformers class that loads its model for trai
 }
 TORCH_DTYPE = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 HALF = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}
-OFFLOAD = {  # DeepSpeed ZeRO-Offload on one GPU: ZeRO stage 2 with the optimizer on the host
+OFFLOAD = {  # DeepSpeed ZeRO-Offload on one GPU: ZeRO stage 2 with the optimizer on the host (its CPU Adam)
     "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+    "optimizer": {
+        "type": "AdamW",
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+    },
     "bf16": {"enabled": "auto"},
     "train_micro_batch_size_per_gpu": "auto",
     "gradient_accumulation_steps": "auto",
@@ -49,8 +53,10 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
         lines.append("enable_checkpointing(model, selective=True)")
     if adapter.kind != "full":
         targets = list(adapter.targets) if adapter.targets else "all-linear"
+        keep = ", autocast_adapter_dtype=False" if c.dtype == "bf16" else ""  # pure bf16: bf16 adapters too
         lines.append(
-            f"model = get_peft_model(model, LoraConfig(r={adapter.r}, lora_alpha={adapter.alpha}, target_modules={targets!r}))"
+            f"model = get_peft_model(model, LoraConfig(r={adapter.r}, lora_alpha={adapter.alpha}, "
+            f"target_modules={targets!r}){keep})"
         )
     lines += ["args = TrainingArguments("] + [f"    {k}={v!r}," for k, v in args.items()] + [")"]
     if info.trainer is None:
@@ -108,8 +114,9 @@ def training_arguments(q: Question, c: Config, rules: Rules) -> dict:
             args["optim_args"] = info.optim_args
         if info.weight_decay is not None:
             args["weight_decay"] = info.weight_decay
-    if c.offload != "none":
+    if c.offload != "none":  # DeepSpeed's CPU optimizer replaces Trainer's (pip install deepspeed)
         args["deepspeed"] = OFFLOAD
+        args.pop("optim", None)
     if q.device == "cpu":
         args["use_cpu"] = True
     return args

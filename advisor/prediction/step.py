@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
-ENGINE_VERSION = 3  # what a prediction means: bump it when that changes, and cached ones are traced again
+ENGINE_VERSION = 4  # what a prediction means: bump it when that changes, and cached ones are traced again
 DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 ADAPTERS = ("full", "lora", "qlora")
 OFFLOADS = ("none", "optimizer")

@@ -212,6 +212,14 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
     )
 
 
+def _configuration(payload: dict) -> str:
+    """What trains and where the optimizer lives, as a prefix of the optimizer's name ('lora r16 · ')."""
+    what = payload.get("configuration") or {}
+    adapter = what.get("adapter") or {"adapter": "full"}
+    label = "" if adapter["adapter"] == "full" else f"{adapter['adapter']} r{adapter.get('r')} · "
+    return label + ("offloaded " if what.get("offload", "none") != "none" else "")
+
+
 def fit_tables(conn: sqlite3.Connection) -> list[dict]:
     """`advisor fit`'s cached predictions, per model and shape: the tensor peak at micro-batch 1 by category."""
     rows = conn.execute(
@@ -228,7 +236,7 @@ def fit_tables(conn: sqlite3.Connection) -> list[dict]:
         phase, peak = tensor_peak(payload, 1)
         table["rows"].append(
             dict(
-                optimizer=optimizer,
+                optimizer=_configuration(payload) + optimizer,
                 strategy=strategy,
                 parts=[f"{peak[c] / 1e9:.2f}" for c in CATEGORIES],
                 total=f"{sum(peak.values()) / 1e9:.2f}",

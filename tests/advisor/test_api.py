@@ -62,6 +62,20 @@ def test_fit_answers_for_a_reference_model():
         advisor.fit("vit", gpu="A100-80GB", adapters=("lora",), lora_r=0)
     with pytest.raises(advisor.InputError, match="takes no rank"):
         advisor.fit("vit", gpu="A100-80GB", rank=4)
+    for bad, flag in [
+        (dict(batch_size=0), "--batch-size"),
+        (dict(accumulation_steps=1), "--accumulation-steps"),
+        (dict(memory=-1.0), "--memory"),
+        (dict(mfu=2.0), "--mfu"),
+        (dict(lora_r=8.5), "--lora-r"),
+        (dict(adapters="dora"), "unknown adapter"),
+    ]:
+        with pytest.raises(advisor.InputError, match=flag):
+            advisor.fit("vit", **{"gpu": "A100-80GB", **bad})
+    single = advisor.fit(
+        "vit", gpu="A100-80GB", adapters="full", optimizers="adamw", strategies="standard", dtype="bf16"
+    )
+    assert len(single.rows) == 1
 
 
 def test_import_advisor_stays_cheap():

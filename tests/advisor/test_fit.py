@@ -156,7 +156,8 @@ def test_the_default_menu_answers_an_8b_fine_tune_on_a_24_gb_and_an_80_gb_gpu(in
     assert "trainer.train()" in pick["code"] and pick["memory_gb"]["total"] <= 25.8
     h100 = fit_json(invoke, "--model", LLAMA_8B, "--gpu", "H100")
     assert h100["cached"] and h100["configurations"][0]["adamw_class"] and h100["configurations"][0]["fits"]
-    assert not h100["ladder"] and h100["configurations"][0]["adapter"] == "full"
+    assert [r["rung"] for r in h100["ladder"]] == ["as asked", "pure bf16"] and h100["ladder"][-1]["fits"]
+    assert h100["configurations"][0]["adapter"] == "full" and h100["configurations"][0]["dtype"] == "bf16"
     for key in (
         "adapter",
         "base_bits",
@@ -314,7 +315,39 @@ def test_gpu_names_as_people_type_them():
                 "64",
             ],
             2,
-            "match no module",
+            "match no linear layer",
+        ),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--adapter", "lora", "--base-bits", "8"],
+            2,
+            "add --adapter qlora",
+        ),
+        (["--model", QWEN, "--gpu", "cpu", "--attention", "flash_attention_2"], 2, "FlashAttention-2 needs"),
+        (["--model", QWEN, "--gpu", "T4", "--attention", "flash_attention_2"], 2, "not NVIDIA T4"),
+        (
+            ["--model", QWEN, "--gpu", "H100", "--attention", "flash_attention_2", "--dtype", "fp32"],
+            2,
+            "fp16 or bf16",
+        ),
+        (
+            [
+                "--model",
+                QWEN,
+                "--gpu",
+                "H100",
+                "--adapter",
+                "lora",
+                "--lora-targets",
+                "self_attn",
+                "--optimizer",
+                "adamw",
+                "--strategy",
+                "standard",
+                "--seq-len",
+                "64",
+            ],
+            2,
+            "match no linear layer",
         ),
         (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot resolve model"),
     ],
