@@ -63,6 +63,7 @@ bench: setup
 bench-fit: setup
 	$(BIN)/python bench/fit_accuracy.py
 	$(BIN)/python bench/fit_menu.py --out bench/results/fit-menu-cpu.json
+	$(BIN)/python bench/fit_sharding.py --out bench/results/fit-sharding-cpu.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

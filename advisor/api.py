@@ -134,7 +134,8 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) ->
     on the model and accelerator, with the options of `advisor fit` by their names (`gpu`, `memory`,
     `batch_size`, `seq_len`, `image_size`, `dtype` (a name or a tuple), `accumulation_steps`, `optimizers`,
     `strategies`, `adapters`, `lora_r`, `lora_alpha`, `lora_targets`, `base_bits`, `offload`, `attention`,
-    `mfu`: advisor.prediction.question.FitOptions). Tracing a question not yet in the cache needs the
+    `mfu`, and across accelerators `gpus` (per node), `nodes`, `shardings`:
+    advisor.prediction.question.FitOptions). Tracing a question not yet in the cache needs the
     measurement side (torch); a repeated question reads the cache."""
     unknown = sorted(set(options) - {f.name for f in fields(FitOptions)})
     if unknown:

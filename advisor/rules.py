@@ -80,6 +80,7 @@ class OptimizerRecord:
     package: str | None = None
     offload: bool = False  # the host can run its step (ZeRO-Offload's CPU optimizers)
     adapters: tuple[str, ...] = ("full", "lora", "qlora")  # what it can train
+    sharded: bool = False  # it steps FSDP2's sharded parameters
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class Accelerator:
     bandwidth_gbs: float | None
     source: str
     note: str | None = None
+    link: str | None = None  # the GPU-to-GPU link within a node (NVLink 4, PCIe 4.0 x16)
+    link_gbs: float | None = None  # its bandwidth per direction, GB/s
+    link_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,9 @@ def _accelerators(raw: dict) -> dict[str, Accelerator]:
                 bandwidth_gbs=a.get("bandwidth_gbs"),
                 source=a["source"],
                 note=a.get("note"),
+                link=a.get("link"),
+                link_gbs=a.get("link_gbs"),
+                link_source=a.get("link_source"),
             )
         except KeyError as e:
             raise RulesError(f"hardware.toml: accelerator {key} needs {e.args[0]}") from e

@@ -53,6 +53,15 @@ from advisor.rules import Rules
 from measure.adapters import Gemm4bitDecomposed, adapted, quantize
 from measure.families import Family, family
 from measure.families.base import from_config
+from measure.fsdp import (
+    TRACED_WORLD,
+    blocks,
+    fake_group,
+    largest_module,
+    root_parameters,
+    shard,
+    sharded_points,
+)
 from measure.models import model_config
 from measure.optimizers import (
     make_optimizer,
@@ -62,7 +71,15 @@ from measure.optimizers import (
     traceable,
 )
 from measure.strategies import STRATEGIES, checkpointing_of, enable_checkpointing
-from measure.tracing import BalancedRouting, InputValues, LiveBytes, OpFlops, OpTraffic, ScalarOracle
+from measure.tracing import (
+    BalancedRouting,
+    InputValues,
+    LiveBytes,
+    OpFlops,
+    OpTraffic,
+    ScalarOracle,
+    ShardedLiveBytes,
+)
 
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 SUB_CONFIGS = ("text_config", "vision_config")
@@ -219,15 +236,17 @@ def cuda_kernels(spec: Spec):
         yield
 
 
-def build(spec: Spec, config, mode, checkpointing: str | None = None):
+def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None):
     """The model under fake tensors, weights uninitialised (their values never matter), quantized and adapted
-    as the spec says, with the checkpointing asked for ('full', 'selective' or None), in train mode."""
+    as the spec says, with the checkpointing asked for ('full', 'selective' or None), in train mode; with a
+    device mesh, built on the meta device and sharded as FSDP2 (measure/fsdp.py), then materialized."""
     weights, half = precision(spec)
     config = copy.deepcopy(
         config
     )  # from_config keeps the object, and checkpointing changes it: never share one
     kwargs = {"experts_implementation": "eager"} if _has_experts(config) else {}
-    with mode, mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None):
+    meta = torch.device("meta") if mesh is not None else nullcontext()
+    with mode, meta, mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None):
         try:
             model = from_config(
                 spec.family.model_class(), config, dtype=weights, attn_implementation=spec.attention, **kwargs
@@ -242,6 +261,10 @@ def build(spec: Spec, config, mode, checkpointing: str | None = None):
         enable_checkpointing(model, selective=checkpointing == "selective")
     if spec.adapter.kind != "full":
         model = adapted(model, spec.adapter, spec.dtype, mode)
+    if mesh is not None:
+        with mode:
+            shard(model, mesh, spec.dtype)
+            model.to_empty(device="cpu")
     model.train()
     return model
 
@@ -292,25 +315,38 @@ class Trace:
     inputs: int = 0  # bytes of one micro-batch's inputs
     param_bytes: int = 0  # the weights (and a quantized base's state) as held
     grad_bytes: int = 0  # the gradients of what trains, as held
+    structure: dict = field(default_factory=dict)  # hidden size, largest module, root parameters
 
 
-def trace_window(spec: Spec, config, batch_size: int, checkpointing, micro_batches: int = 2) -> Trace:
+def trace_window(
+    spec: Spec,
+    config,
+    batch_size: int,
+    checkpointing,
+    micro_batches: int = 2,
+    sharded: bool = False,
+    warm: bool = False,
+) -> Trace:
     """Forward and backward of two micro-batches, gradients accumulating (none before the first); one where
-    no accumulation is asked. `checkpointing`: 'full', 'selective' or None (True means 'full')."""
+    no accumulation is asked. `checkpointing`: 'full', 'selective' or None (True means 'full'). `sharded`:
+    one rank of FSDP2 at TRACED_WORLD ranks, after a warm-up forward and backward unless `warm` (this process
+    traced the same ops at another depth: DTensor's sharding propagation is cached process-wide)."""
     checkpointing = "full" if checkpointing is True else checkpointing or None
-    with fake_tensors() as (mode, values):
-        model = build(spec, config, mode, checkpointing)
-        live = LiveBytes(timeline=True)
+    with fake_group() if sharded else nullcontext() as mesh, fake_tensors() as (mode, values):
+        model = build(spec, config, mode, checkpointing, mesh)
+        real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size)
+        if sharded and not warm:
+            _warm_up(spec, model, real, mode, values)
+        live = ShardedLiveBytes(timeline=True) if sharded else LiveBytes(timeline=True)
         handles = live.track_module(model)
         counter, flops = OpFlops(), []
-        real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size)
         with mode, values, routing(values), live, counter, kernels(spec), cuda_kernels(spec):
             for i in range(micro_batches):
                 batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
                 for t in batch.values():
                     live.track(t, "activations")
                 live.start(f"forward{i}")
-                with autocast(spec):
+                with autocast(spec) if not sharded else nullcontext():  # FSDP casts by its policy
                     loss = model(**batch).loss
                 live.start(f"backward{i}")
                 loss.backward()
@@ -321,6 +357,11 @@ def trace_window(spec: Spec, config, batch_size: int, checkpointing, micro_batch
             h.remove()
     trainable = [p for p in model.parameters() if p.requires_grad]
     adapters = sum(p.numel() for p in trainable) if spec.adapter.kind != "full" else 0
+    structure = {
+        "hidden": _hidden(config),
+        "largest_module": largest_module(model),
+        "root": root_parameters(model) if blocks(model) else 0,
+    }
     return Trace(
         {p: t for p, t in live.timeline.items() if p.startswith(("forward", "backward"))},
         flops[0],
@@ -330,6 +371,28 @@ def trace_window(spec: Spec, config, batch_size: int, checkpointing, micro_batch
         sum(v.untyped_storage().nbytes() for v in real.values()),
         live.now["parameters"],
         sum(p.numel() * p.element_size() for p in trainable),
+        structure,
+    )
+
+
+def _warm_up(spec: Spec, model, real: dict, mode, values) -> None:
+    """One forward and backward before a sharded trace: DTensor's sharding-propagation cache filled (a cold
+    one counts phantom temporaries), then the gradients dropped."""
+    with mode, values, routing(values), kernels(spec), cuda_kernels(spec):
+        batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
+        model(**batch).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+
+def _hidden(config) -> int:
+    text = getattr(config, "text_config", None) or config
+    return next(
+        (
+            getattr(text, k)
+            for k in ("hidden_size", "n_embd", "d_model")
+            if isinstance(getattr(text, k, None), int)
+        ),
+        0,
     )
 
 
@@ -411,16 +474,24 @@ def parameter_count(spec: Spec) -> int:
 
 
 class Tracer:
-    """The traces a question needs, each made once: windows by (spec, depth, batch, checkpointing),
+    """The traces a question needs, each made once: windows by (spec, depth, batch, checkpointing, sharded),
     optimizer steps by (spec, depth), then the payload of every (optimizer, strategy[, offload])."""
 
     def __init__(self, spec: Spec, fit_rules: dict | None = None):
         self.spec, self.fit_rules = spec, fit_rules or {}
         self.knobs = depth_knobs(spec.config)
-        self.points = depth_points(self.knobs)
-        self.configs = {d: at_depth(spec.config, dict(zip(self.knobs, d, strict=True))) for d in self.points}
+        self._configs: dict = {}
         self._windows: dict = {}
         self._steps: dict = {}
+
+    def points(self, sharded: bool = False) -> list[tuple[int, ...]]:
+        """Depth points: 1 and 2 blocks of each stack; a sharded trace's deeper ones (measure/fsdp.py)."""
+        return sharded_points(self.knobs) if sharded else depth_points(self.knobs)
+
+    def config(self, point) -> object:
+        if point not in self._configs:
+            self._configs[point] = at_depth(self.spec.config, dict(zip(self.knobs, point, strict=True)))
+        return self._configs[point]
 
     @staticmethod
     def _key(spec: Spec) -> tuple:
@@ -428,68 +499,85 @@ class Tracer:
         return (spec.dtype, spec.device, spec.adapter, spec.attention, spec.seq_len, spec.image_size)
 
     def window(
-        self, spec: Spec, point, batch: int, checkpointing: str | None, micro_batches: int = 2
+        self, spec: Spec, point, batch: int, checkpointing: str | None, micro_batches: int = 2, sharded=False
     ) -> Trace:
         """A traced window, of `micro_batches` or more (two serve where one is asked)."""
-        key = (self._key(spec), point, batch, checkpointing)
+        key = (self._key(spec), point, batch, checkpointing, sharded)
         for n in range(micro_batches, 3):
             if (*key, n) in self._windows:
                 return self._windows[(*key, n)]
-        traced = trace_window(spec, self.configs[point], batch, checkpointing, micro_batches)
+        warm = sharded and any(k[0] == key[0] and k[2:5] == key[2:] for k in self._windows)  # another depth's
+        traced = trace_window(spec, self.config(point), batch, checkpointing, micro_batches, sharded, warm)
         self._windows[(*key, micro_batches)] = traced
         return traced
 
     def steps(self, spec: Spec, point, names: list[str]) -> dict[str, dict]:
+        """Each optimizer's step at a depth point: traced at 1 and 2 blocks, affine in depth beyond (a sharded
+        trace's deeper points: the step's bytes and traffic are sums over tensors, or the largest one's)."""
+        singles = depth_points(self.knobs)
+        if point not in singles:
+            by_point = {d: self.steps(spec, d, names) for d in singles}
+            return {n: _affine({d: by_point[d][n] for d in singles}, point) for n in names}
         key = self._key(spec)
         todo = [n for n in names if (key, point, n) not in self._steps]
         if todo:
-            for n, traced in trace_optimizers(spec, self.configs[point], todo, self.fit_rules).items():
+            for n, traced in trace_optimizers(spec, self.config(point), todo, self.fit_rules).items():
                 self._steps[(key, point, n)] = traced
         return {n: self._steps[(key, point, n)] for n in names}
 
     def payloads(
-        self, spec: Spec, optimizers: list[str], strategies: list[str], offload: bool = False
+        self, spec: Spec, optimizers: list[str], strategies: list[str], offload: bool = False, sharded=False
     ) -> dict:
         """(optimizer, strategy) -> payload. Offloaded: the device runs the half-precision window without the
-        optimizer's state, which (with the fp32 master weights and gradients) is counted on the host."""
+        optimizer's state, which (with the fp32 master weights and gradients) is counted on the host. Sharded:
+        one rank of FSDP2 at TRACED_WORLD ranks; its optimizer step is the single-process step over a shard."""
         device_spec = replace(spec, dtype=HALF[spec.dtype]) if offload else spec
-        steps = {d: self.steps(spec, d, optimizers) for d in self.points}
+        points = self.points(sharded)
+        steps = {d: self.steps(spec, d, optimizers) for d in points}
+        if sharded:
+            steps = {d: {n: _over_shard(st) for n, st in by.items()} for d, by in steps.items()}
         out = {}
         for ckpt in sorted({checkpointing_of(s) for s in strategies}, key=str):
             asked = [s for s in strategies if checkpointing_of(s) == ckpt]
             micro = 2 if any(s.endswith("accumulation") for s in asked) else 1
             traces = {
-                (d, b): self.window(device_spec, d, b, ckpt, micro) for d in self.points for b in BATCHES
+                (d, b): self.window(device_spec, d, b, ckpt, micro, sharded) for d in points for b in BATCHES
             }
-            lines = {d: _window_lines(traces[(d, BATCHES[0])], traces[(d, BATCHES[1])]) for d in self.points}
-            common = self._common(traces)
+            lines = {d: _window_lines(traces[(d, BATCHES[0])], traces[(d, BATCHES[1])]) for d in points}
+            common = self._common(traces, points, sharded)
             for strategy in asked:
                 names = ["forward0", "backward0"] + (
                     ["forward1", "backward1"] if strategy.endswith("accumulation") else []
                 )
                 for name in optimizers:
+                    by_point = {d: steps[d][name] for d in points}
                     out[(name, strategy)] = self._payload(
-                        common, lines, names, {d: steps[d][name] for d in self.points}, traces, offload
+                        common, lines, names, by_point, traces, offload, points
                     )
         return out
 
-    def _common(self, traces: dict) -> dict:
+    def _common(self, traces: dict, points: list, sharded: bool) -> dict:
         one, two = BATCHES
-        first = traces[(self.points[0], one)]
-        return {
+        first = traces[(points[0], one)]
+        out = {
             "engine": ENGINE_VERSION,
             "depth": self.knobs,
-            "points": [list(d) for d in self.points],
-            "n_params": [traces[(d, one)].n_params for d in self.points],
-            "trainable": [traces[(d, one)].trainable for d in self.points],
+            "points": [list(d) for d in points],
+            "n_params": [traces[(d, one)].n_params for d in points],
+            "trainable": [traces[(d, one)].trainable for d in points],
             "attention": first.attention,
             "experts": _has_experts(self.spec.config),
-            "flops": [line(traces[(d, one)].flops, traces[(d, two)].flops) for d in self.points],
-            "inputs": line(first.inputs, traces[(self.points[0], two)].inputs),
+            "flops": [line(traces[(d, one)].flops, traces[(d, two)].flops) for d in points],
+            "inputs": line(first.inputs, traces[(points[0], two)].inputs),
+            "structure": first.structure,
+            "grad_bytes_per_param": first.grad_bytes / max(first.trainable, 1),
         }
+        if sharded:
+            out["sharded"] = {"world": TRACED_WORLD}  # grad_bytes counts a DTensor's global size already
+        return out
 
-    def _payload(self, common, lines, names, steps, traces, offload: bool) -> dict:
-        points, one = self.points, BATCHES[0]
+    def _payload(self, common, lines, names, steps, traces, offload: bool, points) -> dict:
+        one = BATCHES[0]
         traffic = [steps[d]["traffic"] for d in points]
         if offload:  # the device holds no optimizer state; the step is the host's
             device_steps = {d: _offloaded_step(traces[(d, one)]) for d in points}
@@ -508,6 +596,23 @@ class Tracer:
             "optimizer_step": [[_step_line(device_steps[d], common["inputs"])] for d in points],
         }
         return payload
+
+
+def _affine(values: dict, point: tuple[int, ...]):
+    """A step's figures (nested dicts of numbers) at a depth point, from the depth points (advisor's
+    extrapolate_depth, at any depth)."""
+    points = list(values)
+    base = values[points[0]]
+    if isinstance(base, dict):
+        return {k: _affine({p: v[k] for p, v in values.items()}, point) for k in base}
+    return base + sum((d - 1) * (values[p] - base) for p, d in zip(points[1:], point, strict=True))
+
+
+def _over_shard(step: dict) -> dict:
+    """A single-process optimizer step over one rank's shard: every byte and its traffic / TRACED_WORLD (an
+    elementwise update; `sharded` optimizers only, rules/optimizers.toml)."""
+    peak = {c: v // TRACED_WORLD for c, v in step["peak"].items()}
+    return {**step, "peak": peak, "traffic": step["traffic"] / TRACED_WORLD, "paged": 0}
 
 
 def _on_device(step: dict) -> dict:
@@ -580,11 +685,11 @@ def trace(q: Question, configs: list[Config], rules: Rules) -> dict[Config, dict
     try:
         tracer = Tracer(base, rules.fit)
         out = {}
-        for (adapter, dtype, offload), group in _grouped(configs).items():
+        for (adapter, dtype, offload, sharding), group in _grouped(configs).items():
             spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
             optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
             strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
-            traced = tracer.payloads(spec, optimizers, strategies, offload != "none")
+            traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
             out |= {c: traced[(c.optimizer, c.strategy)] for c in group}
         return out
     except InputError:
@@ -596,7 +701,7 @@ def trace(q: Question, configs: list[Config], rules: Rules) -> dict[Config, dict
 def _grouped(configs: list[Config]) -> dict[tuple, list[Config]]:
     groups: dict[tuple, list[Config]] = {}
     for c in configs:
-        groups.setdefault((c.adapter, c.dtype, c.offload), []).append(c)
+        groups.setdefault((c.adapter, c.dtype, c.offload, c.sharding), []).append(c)
     return groups
 
 

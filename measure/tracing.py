@@ -223,6 +223,45 @@ class ScalarOracle(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class ShardedLiveBytes(LiveBytes):
+    """LiveBytes for one rank of FSDP2 (torch's FSDPMemTracker does the same three things): an op on DTensors
+    is left to the local ops it runs on the shards (counted there); FSDP2 frees and re-allocates a block's
+    gathered parameters with `UntypedStorage.resize_`, which no dispatch sees, so resizes are hooked; and the
+    ops DTensor's sharding propagation runs under a fake mode of its own are not the rank's."""
+
+    def __enter__(self):
+        from torch._guards import active_fake_mode
+
+        self._mode = active_fake_mode()
+        self._resize = torch.UntypedStorage.resize_
+        original, tracker = self._resize, self
+
+        def resize_(storage, size):
+            original(storage, size)
+            entry = tracker._storages.get(storage)
+            if entry is not None and entry[0] != storage.nbytes():
+                tracker.now[entry[1]] += storage.nbytes() - entry[0]
+                entry[0] = storage.nbytes()
+                tracker._note_peak("resize_")
+
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch._guards import active_fake_mode
+        from torch.distributed.tensor import DTensor
+
+        if any(t is DTensor for t in types):
+            return NotImplemented
+        if active_fake_mode() is not self._mode:  # DTensor's sharding propagation
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 class InputValues(TorchDispatchMode):
     """Real values for fake tensors computed from the inputs alone, so that data-dependent ops on them
     (a VLM dropping padding images, counting its image tokens, `.tolist()` of a count) work under fake

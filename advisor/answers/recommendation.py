@@ -445,6 +445,7 @@ def _menu_row(row) -> dict | None:
         "configuration": row.label,
         "fits": row.fits,
         "memory_gb": row.total,
+        "per_rank": row.world > 1,
         "host_gb": round(row.host_gb, 4),
         "tokens_per_s": row.tokens_per_s,
         "trade": row.trade,

@@ -92,6 +92,9 @@ def recommend(
     base_bits,
     offload,
     attention,
+    gpus,
+    nodes,
+    shardings,
     **options,
 ):
     """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
@@ -117,6 +120,9 @@ def recommend(
         base_bits=base_bits,
         offload=offload,
         attention=attention,
+        gpus=gpus,
+        nodes=nodes,
+        shardings=shardings,
     )
     answer = api.recommend(
         arch, metric, preset=evidence_preset, group=group_id, conn=conn, menu=menu, **options

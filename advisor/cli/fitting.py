@@ -20,7 +20,7 @@ from advisor.cli.params import (
     shape_options,
 )
 from advisor.model_ref import ResolvedModel
-from advisor.render.views import fit_view, gpus_view
+from advisor.render.fit_views import fit_view, gpus_view
 from advisor.rules import load_rules
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from advisor.errors import FitError, KBError
 from advisor.kb.reader import fit_validations
@@ -24,7 +24,17 @@ from advisor.prediction.cache import PredictionCache, keys_of, software
 from advisor.prediction.quality import trade_notes
 from advisor.prediction.question import Question
 from advisor.prediction.row import Row
-from advisor.prediction.snippets import training_code
+from advisor.prediction.sharding import (
+    basis,
+    communication,
+    communication_seconds,
+    fp32_factor,
+    host_per_node,
+    per_rank,
+    shard_size,
+    sharded_offload_seconds,
+)
+from advisor.prediction.snippets import launch, training_code
 from advisor.prediction.step import (
     CATEGORIES,
     Config,
@@ -65,6 +75,12 @@ class FitAnswer:
         """The answer: the first configuration that fits."""
         return self.rows[0] if self.rows and self.rows[0].fits else None
 
+    @property
+    def several(self) -> Row | None:
+        """When nothing fits one accelerator: the ladder's last rung, the fewest that hold it, if any do."""
+        last = self.ladder[-1] if self.ladder else None
+        return last.row if last is not None and last.name == "several GPUs" and last.fits else None
+
     def shown(self, everything: bool = False) -> list[Row]:
         """The rows a reader needs (the ladder, the pick, the best of each adapter), or every one."""
         return self.rows if everything else ranking.shown(self.rows, self.ladder)
@@ -87,12 +103,15 @@ class FitAnswer:
             "seq_len": q.seq_len,
             "image_size": q.image_size,
             "accumulation_steps": q.accumulation_steps,
+            "gpus": q.gpus,
+            "nodes": q.nodes,
             "attention": q.attention,
             "traced_attention": self.attention,
             "lora": q.lora.key(),
             "pick": self.pick.label if self.pick else None,
             "configurations": [r.as_dict(q) for r in self.rows],
             "ladder": [r.as_dict() for r in self.ladder],
+            "several_gpus": self.several.as_dict(q) if self.several else None,
             "left_out": list(q.left_out),
             "mfu": {"value": self.mfu, "source": self.mfu_source},
             "assumptions": self.assumptions,
@@ -104,9 +123,10 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     """Every configuration asked: from the cache, tracing (and caching) what it lacks with `tracer` (the
     measurement side's, passed by the caller: this side never imports torch)."""
     soft = software()
+    bases = {c: basis(c) for c in q.configs}  # what each row is read from (sharding.py)
     keys = keys_of(q, rules, soft)
     found = cache.get(list(keys.values()))
-    missing = [c for c in q.configs if keys[c] not in found]
+    missing = [c for c in keys if keys[c] not in found]
     if missing:
         if tracer is None:
             raise FitError(f"{q.model.name} is not traced yet at this shape, and no tracer was given.")
@@ -117,8 +137,11 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
     trades = trade_notes(kbs, q, rules)
-    rows = ranking.ranked([_row(q, c, found[keys[c]], rules, mfu, trades) for c in q.configs])
-    first = found[keys[q.configs[0]]]
+    rows = ranking.ranked([_row(q, c, found[keys[bases[c]]], rules, mfu, trades) for c in q.configs])
+    first = found[keys[bases[q.configs[0]]]]
+    steps = ranking.ladder(rows)
+    if steps and steps[-1].row is None:  # several GPUs: the fewest that fit, from the traces at hand
+        steps[-1] = ranking.Rung("several GPUs", several_gpus(q, rows, found, soft, rules, mfu, trades))
     return FitAnswer(
         q,
         n_params(first),
@@ -128,8 +151,32 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         mfu,
         mfu_source,
         len(missing),
-        ranking.ladder(rows),
+        steps,
     )
+
+
+SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 per node beyond 8
+
+
+def several_gpus(q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades) -> Row | None:
+    """The ladder's last rung: the configuration as asked (full fine-tuning, AdamW, no checkpointing) on the
+    fewest accelerators that hold it, with ZeRO-2 or ZeRO-3 (composed from the pure-bf16 trace at hand:
+    no new trace); None where no such trace is at hand or even 64 do not hold it."""
+    asked = next((r.config for r in rows if ranking.rung(r) == 0 and r.adamw), None)
+    if asked is None:
+        return None
+    for n in SEVERAL:
+        wide = replace(q, gpus=min(n, 8), nodes=max(1, n // 8))
+        for sharding in ("zero2", "zero3"):
+            c = replace(
+                asked, sharding=sharding, dtype=asked.dtype if asked.dtype != "fp32" else "bf16-mixed"
+            )
+            key = keys_of(replace(wide, configs=(c,)), rules, soft).get(basis(c))
+            if key in found:
+                row = _row(wide, c, found[key], rules, mfu, trades)
+                if row.fits:
+                    return row
+    return None
 
 
 def overhead_gb(q: Question, tensor_peak_gb: float, rules: Rules) -> float:
@@ -166,7 +213,15 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
 
     if not fits(1):
         return 0
+    slope = peak_total(payload, 2) - peak_total(payload, 1)
+    guess = (
+        int((usable * 1e9 / (1 + rules.fit["cuda"]["fragmentation"]) - peak_total(payload, 1)) / slope)
+        if slope > 0
+        else MAX_BATCH
+    )
     low, high = 1, 2
+    if 2 <= guess <= MAX_BATCH and fits(guess):  # the peak is nearly linear in the batch: start there
+        low, high = guess, guess + 1
     while high <= MAX_BATCH and fits(high):
         low, high = high, high * 2
     while high - low > 1:
@@ -175,21 +230,25 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
     return low
 
 
-def _row(q: Question, c: Config, payload: dict, rules: Rules, mfu: float, trades: dict[str, str]) -> Row:
+def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: dict[str, str]) -> Row:
+    payload = per_rank(c, traced, q, rules)
     phase, gb = memory_at(q, payload, q.batch_size, rules)
     k = q.window(c.strategy)
     flops = step_flops(payload, q.batch_size) * k
     trained = trainable(payload)
-    step_s = step_seconds(q, c.dtype, flops, optimizer_traffic(payload), mfu, rules)
-    host = host_bytes(payload)
-    if step_s is not None and c.offload != "none":
-        step_s += offload_seconds(trained, host_traffic(payload), rules)
-    elif step_s is not None and host and gb["total"] + host / 1e9 > usable_gb(q, rules):
-        step_s += 2 * host / (rules.fit["offload"]["pcie_gbs"] * 1e9)  # paged state evicted and brought back
-    samples = q.batch_size * k / step_s if step_s else None
+    rank_host = host_bytes(payload)  # one process's: an offloaded or paged optimizer's
+    on_host = host_per_node(c, traced, q) if c.sharding != "none" else None
+    host = on_host if on_host is not None else rank_host  # what the JSON and the table say: per node
+    volume = communication(c, traced, q)
+    step_s = _step_seconds(q, c, traced, payload, flops, gb["total"] + rank_host / 1e9, volume, mfu, rules)
+    samples = q.world * q.batch_size * k / step_s if step_s else None  # the job's: every rank a micro-batch
     adapter = q.adapter_of(c.adapter)
     info = rules.optimizer_info[c.optimizer]
-    args, code = training_code(q, c, adapter, rules)
+
+    def code_of():
+        args, code = training_code(q, c, adapter, rules)
+        return args, code, launch(q, c, adapter, rules) if c.sharding != "none" else None
+
     return Row(
         c,
         adapter,
@@ -203,12 +262,49 @@ def _row(q: Question, c: Config, payload: dict, rules: Rules, mfu: float, trades
         samples * q.seq_len if samples and q.seq_len else None,
         trained,
         host / 1e9,
-        args,
-        code,
+        code_of,
         info.adamw,
         info.bits,
         trades.get(c.optimizer),
+        volume["intra"] + volume["inter"],
+        q.gpus,
+        q.nodes,
     )
+
+
+def _step_seconds(
+    q: Question, c: Config, traced: dict, payload: dict, flops: float, with_host_gb: float, volume, mfu, rules
+) -> float | None:
+    """A rank's optimizer step: its compute (with the optimizer's traffic), or its collectives where they
+    take longer (they overlap: rules/fit.toml [distributed]), plus an offload's transfers and host step, or a
+    paged state's round trip when device and paged state together outgrow the device."""
+    traffic = _optimizer_traffic(c, traced, q, rules)
+    sharded_offload = c.offload != "none" and c.sharding != "none"  # the host steps it, not the device
+    step_s = step_seconds(q, c.dtype, flops, 0.0 if sharded_offload else traffic, mfu, rules)
+    talk = communication_seconds(volume, q, rules)
+    if step_s is None:
+        return None
+    if talk:
+        step_s = max(step_s, talk)
+    if sharded_offload:
+        return step_s + sharded_offload_seconds(c, traced, q, traffic, rules)
+    if c.offload != "none":
+        return step_s + offload_seconds(trainable(payload), host_traffic(payload), rules)
+    paged = host_bytes(payload)
+    if paged and with_host_gb > usable_gb(q, rules):  # paged state evicted, brought back
+        return step_s + 2 * paged / (rules.fit["offload"]["pcie_gbs"] * 1e9)
+    return step_s
+
+
+def _optimizer_traffic(c: Config, traced: dict, q: Question, rules: Rules) -> float:
+    """Bytes one rank's optimizer step moves: the traced step's, over its shard where the state is
+    partitioned (ZeRO: fp32 states, twice a pure-bf16 basis's; FSDP: traced at its own number of ranks)."""
+    traffic = optimizer_traffic(traced)
+    if c.sharding.startswith("zero"):
+        return fp32_factor(c, rules) * traffic / q.world
+    if c.sharding in ("fsdp", "hsdp"):
+        return traffic * traced["sharded"]["world"] / shard_size(c, q)
+    return traffic
 
 
 def step_seconds(
@@ -277,6 +373,30 @@ def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
     return values[len(values) // 2], len(values), hardware
 
 
+def distributed_assumptions(q: Question, rules: Rules) -> list[str]:
+    """What per-rank figures and their time rest on (rules/fit.toml [distributed], rules/hardware.toml)."""
+    d = rules.fit["distributed"]
+    shardings = {c.sharding for c in q.configs}
+    out = [d[s] for s in ("ddp", "fsdp", "hsdp") if s in shardings]
+    if any(s.startswith("zero") for s in shardings):
+        out += [d["zero"], d["zero_buffers"]]
+        if any(c.offload != "none" and c.sharding.startswith("zero") for c in q.configs):
+            out.append(d["zero_offload"])
+    if any(c.offload != "none" and c.sharding != "none" for c in q.configs):
+        out.append(d["offload_time"])
+    acc = q.accelerator
+    if acc is not None and acc.link_gbs:
+        out.append(f"Within a node: {acc.link}, {acc.link_gbs:g} GB/s per direction. {acc.link_source}")
+    if q.nodes > 1:
+        out.append(f"Across nodes: {d['internode_gbs']:g} GB/s per GPU. {d['internode_source']}")
+    out += [
+        f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth. {d['collective_source']}",
+        d["overlap"],
+        d["volume_source"],
+    ]
+    return out
+
+
 def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:
     """What the figures rest on, each with its source (rules/fit.toml)."""
     fit = rules.fit
@@ -326,5 +446,7 @@ def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:
     if q.accelerator is not None and q.accelerator.key != "cpu":
         out.append(f"Peak FLOP/s and bandwidth: {q.accelerator.source}")
         out.append(f"Optimizer step: {fit['speed']['bandwidth_source']}")
+    if q.world > 1:
+        out += distributed_assumptions(q, rules)
     out += [f"Left out of the menu: {x}." for x in q.left_out]
     return out

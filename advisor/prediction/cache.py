@@ -16,6 +16,7 @@ from advisor.kb import store
 from advisor.kb.schema import connect_readonly
 from advisor.places import resolve_write_path
 from advisor.prediction.question import Question
+from advisor.prediction.sharding import basis
 from advisor.prediction.step import ENGINE_VERSION, Config
 from advisor.rules import Rules
 
@@ -50,30 +51,54 @@ def prediction_key(
     """Everything a prediction depends on, hashed: the config, shape, precision, what trains, attention,
     implementations, versions (`package`: the optimizer's library, rules/optimizers.toml; `modelled`: what
     rules/fit.toml models of its step, baked into the payload)."""
+    return _key(_shared(q, soft), q, config, soft, package, modelled)
+
+
+def _shared(q: Question, soft: dict) -> str:
+    """What every prediction of a question depends on alike."""
     parts = {
         "config": q.model.config_hash,
         "seq_len": q.seq_len,
         "image_size": q.image_size,
-        "dtype": config.dtype,
         "device": q.device,
+        "attention": q.traced_attention,
+        **{k: v for k, v in soft.items() if k not in LIBRARIES},
+    }
+    return json.dumps(parts, sort_keys=True)
+
+
+def _key(shared: str, q: Question, config: Config, soft: dict, package, modelled) -> str:
+    parts = {
+        "dtype": config.dtype,
         "optimizer": config.optimizer,
         "strategy": config.strategy,
         "offload": config.offload,
-        "attention": q.traced_attention,
+        "sharding": config.sharding,
         **{k: v for k, v in q.adapter_of(config.adapter).key().items() if k != "alpha"},  # alpha: no memory
         "modelled": modelled,
-        **{k: v for k, v in soft.items() if k not in LIBRARIES or k in _libraries(config, package)},
+        **{k: soft[k] for k in sorted(_libraries(config, package))},
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256((shared + json.dumps(parts, sort_keys=True)).encode()).hexdigest()
+
+
+_KEYS: dict[int, tuple[Question, dict]] = {}  # the last question's keys: asked twice per answer
 
 
 def keys_of(q: Question, rules: Rules, soft: dict) -> dict[Config, str]:
-    """The cache key of each configuration of a question."""
+    """The cache key of each traced configuration a question reads (its configurations' bases: sharding.py)."""
+    memo = _KEYS.get(id(q))
+    if memo is not None and memo[0] is q:
+        return memo[1]
     modelled = rules.fit.get("optimizers", {})
-    return {
-        c: prediction_key(q, c, soft, rules.optimizer_info[c.optimizer].package, modelled.get(c.optimizer))
-        for c in q.configs
+    shared = _shared(q, soft)
+    traced = dict.fromkeys(basis(c) for c in q.configs)
+    keys = {
+        c: _key(shared, q, c, soft, rules.optimizer_info[c.optimizer].package, modelled.get(c.optimizer))
+        for c in traced
     }
+    _KEYS.clear()
+    _KEYS[id(q)] = (q, keys)
+    return keys
 
 
 @dataclass
@@ -114,6 +139,7 @@ class PredictionCache:
                     "configuration": {
                         "adapter": q.adapter_of(c.adapter).key(),
                         "offload": c.offload,
+                        "sharding": c.sharding,
                         "attention": q.traced_attention,
                     },
                 },

@@ -11,9 +11,10 @@ from importlib.util import find_spec
 from advisor.errors import InputError
 from advisor.model_ref import ResolvedModel
 from advisor.prediction import accelerators
-from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, Adapter, Config
+from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS, Adapter, Config
 from advisor.rules import Accelerator, Rules
 
+SHARDED_STRATEGIES = ("standard", "checkpointing")  # FSDP's default strategies (Menu.strategies)
 OFFLOAD_DTYPES = ("bf16-mixed",)  # what an offloaded optimizer is predicted for: a bf16 device copy
 
 
@@ -36,7 +37,12 @@ class FitOptions:
     lora_alpha: int | None = None  # LoRA's alpha; None: 2 x r
     lora_targets: tuple[str, ...] = ()  # module names LoRA adapts; (): every linear layer of the blocks
     base_bits: int = 4  # QLoRA's base: 4 (NF4, double quantization) or 8 (LLM.int8)
-    offload: tuple[str, ...] = ()  # none | optimizer; (): both, where offloading applies
+    offload: tuple[str, ...] = ()  # none | optimizer | optimizer+params; (): every one that applies
+    gpus: int = 1  # accelerators per node
+    nodes: int = 1
+    shardings: tuple[
+        str, ...
+    ] = ()  # ddp | zero1 | zero2 | zero3 | fsdp | hsdp; (): all that apply to gpus x nodes
     attention: str = "sdpa"  # sdpa | eager | flash_attention_2
     mfu: float | None = None  # fraction of peak FLOP/s a step reaches; None: measured, else the default
 
@@ -57,6 +63,13 @@ class Question:
     attention: str = "sdpa"  # as asked: sdpa | eager | flash_attention_2
     mfu: float | None = None  # --mfu: overrides measured evidence and the default
     left_out: tuple[str, ...] = ()  # what the default menu left out, and why
+    gpus: int = 1  # accelerators per node
+    nodes: int = 1
+
+    @property
+    def world(self) -> int:
+        """Ranks: one per accelerator."""
+        return self.gpus * self.nodes
 
     @property
     def device(self) -> str:
@@ -114,6 +127,8 @@ def question(
         options.attention,
         options.mfu,
         left_out,
+        options.gpus,
+        options.nodes,
     )
 
 
@@ -127,21 +142,68 @@ class Menu:
         self.left_out: list[str] = []
 
     def configs(self) -> tuple[tuple[Config, ...], tuple[str, ...]]:
-        out = []
-        for adapter in self.adapters():
-            for dtype in self.dtypes(adapter):
-                for optimizer in self.optimizers(adapter):
-                    for offload in self.offloads(adapter, dtype, optimizer):
-                        out += [Config(adapter, dtype, optimizer, s, offload) for s in self.strategies()]
-        if not out and self.o.offload == ("optimizer",):
+        out, why = [], []
+        for sharding in self.shardings():
+            for adapter in self.adapters():
+                for dtype in self.dtypes(adapter):
+                    for optimizer in self.optimizers(adapter):
+                        reason = refused(sharding, adapter, dtype, optimizer, self.rules)
+                        if reason:
+                            why.append(reason)
+                            continue
+                        offloads = self.offloads(adapter, dtype, optimizer, sharding)
+                        if not offloads:
+                            self.left_out.append(
+                                f"{sharding}: --offload {'/'.join(self.o.offload)} does not apply to it"
+                            )
+                        for offload in offloads:
+                            out += [
+                                Config(adapter, dtype, optimizer, s, offload, sharding)
+                                for s in self.strategies(sharding)
+                            ]
+        if not out and self.cpu and "none" not in (self.o.offload or ("none",)):
             raise InputError(
-                "offload is predicted for full fine-tuning in bf16-mixed on a GPU, with an optimizer the host "
-                "can step (adam, adamw, adagrad, lion_32bit).",
+                "offload moves state from an accelerator to the host: a CPU run has nothing to offload.",
+                "--offload",
+            )
+        if not out and "none" not in (self.o.offload or ("none",)):
+            raise InputError(
+                "offload applies to full fine-tuning in bf16-mixed on one GPU (an optimizer the host can step: "
+                "adam, adamw, adagrad, lion_32bit), to ZeRO-2 and ZeRO-3 (optimizer; ZeRO-3 also "
+                "optimizer+params) and to FSDP and HSDP (optimizer+params).",
                 "--offload",
             )
         if not out:
-            raise InputError("no configuration is left to predict: widen --adapter, --dtype or --optimizer.")
+            hint = f" ({why[0]})" if why else ""
+            raise InputError(
+                f"no configuration is left to predict{hint}: widen --adapter, --dtype, --optimizer or --sharding.",
+                "--sharding" if why else "--adapter",
+            )
         return tuple(out), tuple(dict.fromkeys(self.left_out))
+
+    def shardings(self) -> tuple[str, ...]:
+        """How the ranks share the work: none on one accelerator; else every way that applies to the nodes."""
+        world = self.o.gpus * self.o.nodes
+        asked = tuple(self.o.shardings)
+        if world == 1:
+            if asked and asked != ("none",):
+                raise InputError(
+                    f"--sharding {asked[0]} takes several accelerators: pass --gpus 2 or more.", "--sharding"
+                )
+            return ("none",)
+        if "none" in asked:
+            raise InputError(
+                "--sharding none is one accelerator: drop --gpus and --nodes, or pick a sharding.",
+                "--sharding",
+            )
+        if "hsdp" in asked and self.o.nodes == 1:
+            raise InputError(
+                "hsdp shards within a node and replicates across nodes: pass --nodes 2 or more, or use fsdp.",
+                "--sharding",
+            )
+        if asked:
+            return asked
+        return tuple(s for s in SHARDINGS if s != "none" and (s != "hsdp" or self.o.nodes > 1))
 
     def adapters(self) -> tuple[str, ...]:
         if self.o.adapters:
@@ -209,17 +271,47 @@ class Menu:
             package = self.rules.optimizer_info[name].package
             raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
 
-    def offloads(self, adapter: str, dtype: str, optimizer: str) -> tuple[str, ...]:
-        applies = (
-            adapter == "full"
-            and dtype in OFFLOAD_DTYPES
-            and self.rules.optimizer_info[optimizer].offload
-            and not self.cpu
-        )
-        return tuple(o for o in self.o.offload or OFFLOADS if o == "none" or applies)
+    def offloads(self, adapter: str, dtype: str, optimizer: str, sharding: str = "none") -> tuple[str, ...]:
+        hostable = self.rules.optimizer_info[optimizer].offload and not self.cpu
+        applies = {
+            "none": ("optimizer",) if adapter == "full" and dtype in OFFLOAD_DTYPES and hostable else (),
+            "zero2": ("optimizer",) if hostable else (),
+            "zero3": ("optimizer", "optimizer+params") if hostable else (),
+            "fsdp": ("optimizer+params",) if not self.cpu else (),
+            "hsdp": ("optimizer+params",) if not self.cpu else (),
+        }.get(sharding, ())
+        return tuple(o for o in self.o.offload or OFFLOADS if o == "none" or o in applies)
 
-    def strategies(self) -> tuple[str, ...]:
-        return tuple(self.o.strategies) or self.rules.strategies
+    def strategies(self, sharding: str = "none") -> tuple[str, ...]:
+        """As asked, else every one; FSDP's default is Trainer's own (fsdp_config's activation checkpointing, full
+        or none): its traces are the menu's dearest, and accumulation holds what one micro-batch does."""
+        if self.o.strategies:
+            return tuple(self.o.strategies)
+        if sharding in ("fsdp", "hsdp"):
+            self.left_out.append(
+                f"{sharding}: selective checkpointing and accumulation on request (--strategy)"
+            )
+            return tuple(s for s in self.rules.strategies if s in SHARDED_STRATEGIES)
+        return self.rules.strategies
+
+
+def refused(sharding: str, adapter: str, dtype: str, optimizer: str, rules: Rules) -> str | None:
+    """Why a sharding does not take this adapter, precision or optimizer (None: it does)."""
+    if sharding.startswith("zero"):
+        if adapter == "qlora":
+            return "DeepSpeed ZeRO is predicted for full fine-tuning and LoRA, not QLoRA"
+        if dtype not in ("bf16-mixed", "fp16-mixed"):
+            return f"DeepSpeed ZeRO keeps fp32 master weights (--dtype bf16-mixed or fp16-mixed), not --dtype {dtype}"
+        if optimizer in ("cgd", "muon") or optimizer.startswith("paged_"):
+            return f"{optimizer} is not predicted under DeepSpeed ZeRO"
+    if sharding in ("fsdp", "hsdp"):
+        if adapter == "qlora":
+            return "FSDP with a quantized base (QLoRA) is not predicted yet"
+        if dtype == "fp16-mixed":
+            return "FSDP is predicted in fp32, bf16-mixed and bf16"
+        if not rules.optimizer_info[optimizer].sharded:
+            return f"{optimizer} does not step FSDP's sharded parameters"
+    return None
 
 
 def mixed_dtype(acc: Accelerator | None) -> str:
@@ -236,13 +328,16 @@ def installed(rules: Rules, optimizer: str) -> bool:
     return package is None or find_spec(package) is not None
 
 
-TUPLES = ("optimizers", "strategies", "adapters", "lora_targets", "offload")
+MAX_GPUS_PER_NODE = 72  # an NVL72 rack's NVLink domain, the largest one node's link figure stands for
+TUPLES = ("optimizers", "strategies", "adapters", "lora_targets", "offload", "shardings")
 
 
 def _normalized(options: FitOptions) -> FitOptions:
     """A single name where a tuple is expected (the Python API's adapters="lora") as a one-name tuple."""
     fixed = {k: (getattr(options, k),) for k in TUPLES if isinstance(getattr(options, k), str)}
-    return replace(options, **fixed) if fixed else options
+    options = replace(options, **fixed) if fixed else options
+    repeated = {k: tuple(dict.fromkeys(getattr(options, k))) for k in TUPLES}  # a name given twice: once
+    return replace(options, **repeated)
 
 
 def _check_numbers(options: FitOptions) -> None:
@@ -251,7 +346,15 @@ def _check_numbers(options: FitOptions) -> None:
         ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
         ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
         ("--lora-r", options.lora_r, 1, "a whole, positive rank; 8 to 64 are usual"),
+        ("--gpus", options.gpus, 1, "a whole number of accelerators per node, 1 or more"),
+        ("--nodes", options.nodes, 1, "a whole number of nodes, 1 or more"),
     ]
+    if isinstance(options.gpus, int) and options.gpus > MAX_GPUS_PER_NODE:
+        raise InputError(
+            f"--gpus is per node, and {MAX_GPUS_PER_NODE} share one NVLink domain at most (got {options.gpus}): "
+            "pass --nodes for more.",
+            "--gpus",
+        )
     if options.seq_len is not None:
         checks.append(("--seq-len", options.seq_len, 4, "a whole number of tokens, 4 or more"))
     if options.image_size is not None:
@@ -343,6 +446,7 @@ def _check_names(options: FitOptions, rules: Rules) -> None:
         (options.strategies, rules.strategies, "--strategy"),
         (options.adapters, ADAPTERS, "--adapter"),
         (options.offload, OFFLOADS, "--offload"),
+        (options.shardings, SHARDINGS, "--sharding"),
         ((options.attention,), ATTENTIONS, "--attention"),
     ):
         for name in names:

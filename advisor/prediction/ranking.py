@@ -13,8 +13,8 @@ RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "QLoR
 PRECISION = {"fp32": 0, "bf16-mixed": 1, "fp16-mixed": 1, "bf16": 2}  # highest first
 SHOWN = 12  # rows of the default output
 SEVERAL_GPUS = (
-    "several GPUs: FSDP or DeepSpeed ZeRO shards weights, gradients and optimizer state across GPUs, which "
-    "advisor fit does not predict yet"
+    "several GPUs: not even 64 hold it with ZeRO, or no pure-bf16 trace is at hand to compose ZeRO from; pass "
+    "--gpus N (and --nodes M) for FSDP, ZeRO and DDP predicted per rank"
 )
 
 
@@ -76,13 +76,17 @@ class Rung:
         speed = f", {r.tokens_per_s:,.0f} tokens/s" if r.tokens_per_s else ""
         host = f" (+{r.host_gb:.1f} GB on the host)" if r.host_gb >= 0.05 else ""
         verdict = "fits" if r.fits else "does not fit"
-        return f"{self.name}: {r.label}, {r.total:.1f} GB{host}{speed}: {verdict}."
+        per = " per rank" if r.world > 1 else ""
+        return f"{self.name}: {r.label}, {r.total:.1f} GB{per}{host}{speed}: {verdict}."
 
     def as_dict(self) -> dict:
         return {
             "rung": self.name,
             "configuration": self.row.label if self.row else None,
             "fits": self.fits,
+            "gpus": self.row.gpus if self.row else None,  # per node, as the configurations' are
+            "nodes": self.row.nodes if self.row else None,
+            "sharding": self.row.sharding if self.row else None,
             "memory_gb": self.row.total if self.row else None,
             "host_gb": round(self.row.host_gb, 4) if self.row else None,
             "tokens_per_s": self.row.tokens_per_s if self.row else None,
@@ -136,5 +140,5 @@ def shown(rows: list[Row], steps: list[Rung]) -> list[Row]:
     for r in wanted:
         if len(out) < SHOWN:
             out.setdefault(id(r), r)
-    order = {id(r): i for i, r in enumerate(rows)}
-    return sorted(out.values(), key=lambda r: order[id(r)])
+    order = {id(r): i for i, r in enumerate(rows)}  # the several-GPUs rung's row is not a row: last
+    return sorted(out.values(), key=lambda r: order.get(id(r), len(rows)))

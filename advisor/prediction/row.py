@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from advisor.prediction.question import Question
 from advisor.prediction.step import Adapter, Config
@@ -24,16 +26,39 @@ class Row:
     tokens_per_s: float | None
     trainable_parameters: int
     host_gb: float  # host memory an offloaded or paged optimizer holds
-    training_arguments: dict
-    trainer_code: str
+    code_of: Callable[[], tuple[dict, str, dict | None]] = field(repr=False, compare=False)  # made when read
     adamw: bool  # an AdamW-class optimizer (rules/optimizers.toml)
     bits: int  # bits of the optimizer's state per moment
     trade: str | None = None  # what a non-AdamW optimizer gives up, with the KB's quality evidence
+    communication_bytes: float = 0.0  # a rank's collectives per optimizer step (within and across nodes)
+    gpus: int = 1  # accelerators per node the configuration runs on
+    nodes: int = 1
 
     optimizer = property(lambda self: self.config.optimizer)
     strategy = property(lambda self: self.config.strategy)
     dtype = property(lambda self: self.config.dtype)
     offload = property(lambda self: self.config.offload)
+    sharding = property(lambda self: self.config.sharding)
+    world = property(lambda self: self.gpus * self.nodes)
+
+    @cached_property
+    def _code(self) -> tuple[dict, str, dict | None]:
+        return self.code_of()
+
+    @property
+    def training_arguments(self) -> dict:
+        """TrainingArguments for the configuration (snippets.py)."""
+        return self._code[0]
+
+    @property
+    def trainer_code(self) -> str:
+        """The Python that trains it."""
+        return self._code[1]
+
+    @property
+    def launch(self) -> dict | None:
+        """For several accelerators: the launch command and its configs."""
+        return self._code[2]
 
     @property
     def total(self) -> float:
@@ -44,8 +69,11 @@ class Row:
         """The configuration in a few words: 'lora r16 · bf16-mixed · adamw · checkpointing'."""
         a = self.adapter
         adapter = {"full": "full", "lora": f"lora r{a.r}", "qlora": f"qlora{a.base_bits} r{a.r}"}[a.kind]
-        offload = " · offload" if self.offload != "none" else ""
-        return f"{adapter} · {self.dtype} · {self.optimizer} · {self.strategy}{offload}"
+        offload = {"none": "", "optimizer": " · offload", "optimizer+params": " · offload+params"}[
+            self.offload
+        ]
+        sharding = "" if self.sharding == "none" else f" · {self.sharding} on {self.world} GPUs"
+        return f"{adapter} · {self.dtype} · {self.optimizer} · {self.strategy}{sharding}{offload}"
 
     def as_dict(self, q: Question) -> dict:
         return {
@@ -64,6 +92,16 @@ class Row:
             "max_batch_size": self.max_batch_size,
             "memory_gb": self.memory_gb,
             "host_gb": round(self.host_gb, 4),
+            "host_gb_per_node": round(self.host_gb, 4) if self.sharding != "none" else None,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "sharding": self.sharding,
+            "per_rank": self.sharding != "none",
+            "communication_bytes_per_step": self.communication_bytes,
+            "gpu_hours_per_billion_tokens": (
+                self.world * 1e9 / self.tokens_per_s / 3600 if self.tokens_per_s else None
+            ),
+            "launch": self.launch,
             "peak_phase": self.peak_phase,
             "step_flops": self.step_flops,
             "predicted_step_s": self.predicted_step_s,

@@ -48,6 +48,8 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
             "from measure.strategies import enable_checkpointing  # torch's selective checkpointing policy"
         )
     lines.append("")
+    if c.sharding == "zero3":  # made first: from_pretrained then loads each rank's partition (zero.Init)
+        lines += _arguments(args)
     lines += _load(q, c, adapter, auto)
     if c.strategy == "selective-checkpointing":
         lines.append("enable_checkpointing(model, selective=True)")
@@ -58,7 +60,10 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
             f"model = get_peft_model(model, LoraConfig(r={adapter.r}, lora_alpha={adapter.alpha}, "
             f"target_modules={targets!r}){keep})"
         )
-    lines += ["args = TrainingArguments("] + [f"    {k}={v!r}," for k, v in args.items()] + [")"]
+    if "parallelism_config" in args:  # HSDP: accelerate's object, from its fields
+        lines.insert(1, "from accelerate.parallelism_config import ParallelismConfig")
+    if c.sharding != "zero3":
+        lines += _arguments(args)
     if info.trainer is None:
         lines += [
             f"optimizer = {info.code}",
@@ -94,6 +99,15 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
     return out + [")"]
 
 
+def _arguments(args: dict) -> list[str]:
+    return ["args = TrainingArguments("] + [f"    {k}={_literal(k, v)}," for k, v in args.items()] + [")"]
+
+
+def _literal(key: str, value) -> str:
+    """An argument as Python source: its repr, or the object a dict of its fields stands for."""
+    return f"ParallelismConfig(**{value!r})" if key == "parallelism_config" else repr(value)
+
+
 def training_arguments(q: Question, c: Config, rules: Rules) -> dict:
     """TrainingArguments for the configuration: no deprecated argument of the installed transformers."""
     args: dict = {
@@ -114,9 +128,131 @@ def training_arguments(q: Question, c: Config, rules: Rules) -> dict:
             args["optim_args"] = info.optim_args
         if info.weight_decay is not None:
             args["weight_decay"] = info.weight_decay
-    if c.offload != "none":  # DeepSpeed's CPU optimizer replaces Trainer's (pip install deepspeed)
+    if c.offload != "none" and c.sharding == "none":  # DeepSpeed's CPU optimizer replaces Trainer's
         args["deepspeed"] = OFFLOAD
         args.pop("optim", None)
+    if c.sharding != "none":
+        args |= sharded_arguments(q, c)
+        if "fsdp" in args:
+            args.pop("activation_checkpointing", None)  # FSDP's own, in fsdp_config
+        elif (
+            c.offload != "none"
+        ):  # ZeRO-Offload: DeepSpeed's CPU optimizer, from its JSON, replaces Trainer's
+            args.pop("optim", None)
     if q.device == "cpu":
         args["use_cpu"] = True
     return args
+
+
+# the optimizers a host can step (rules/optimizers.toml `offload`) -> DeepSpeed's, which run on the CPU when offloaded
+DEEPSPEED_OPTIMIZER = {"adam": "Adam", "adamw": "AdamW", "adagrad": "Adagrad", "lion_32bit": "Lion"}
+
+
+def _deepspeed(c: Config) -> dict:
+    """DeepSpeed's JSON for a ZeRO stage, every size left to transformers' "auto" (h x h buckets, rules/fit.toml)."""
+    zero: dict = {
+        "stage": int(c.sharding[-1]),
+        "overlap_comm": c.sharding == "zero3",
+        "contiguous_gradients": True,
+    }
+    zero |= {"reduce_bucket_size": "auto"}
+    if c.sharding == "zero3":
+        zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}
+    if c.offload != "none":
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if c.offload == "optimizer+params":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    config = {
+        "zero_optimization": zero,
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+    }
+    if c.offload != "none":  # DeepSpeed's CPU optimizer of the same kind steps the offloaded state
+        config["optimizer"] = {**OFFLOAD["optimizer"], "type": DEEPSPEED_OPTIMIZER[c.optimizer]}
+        if c.optimizer == "adagrad":
+            config["optimizer"]["params"] = {"lr": "auto", "eps": "auto", "weight_decay": "auto"}
+        if c.optimizer == "lion_32bit":
+            config["optimizer"]["params"] = {"lr": "auto", "betas": "auto", "weight_decay": "auto"}
+    return config
+
+
+def sharded_arguments(q: Question, c: Config) -> dict:
+    """TrainingArguments' keys for a sharding: FSDP2's fsdp_config (its own activation checkpointing, which
+    transformers prefers under FSDP; HSDP a ParallelismConfig's fields), or DeepSpeed's JSON."""
+    if c.sharding in ("fsdp", "hsdp"):
+        fsdp = {"version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT"}
+        if c.strategy in ("checkpointing", "checkpointing+accumulation"):
+            fsdp["activation_checkpointing"] = True
+        if c.offload == "optimizer+params":
+            fsdp["cpu_offload"] = True
+        out = {"fsdp": True, "fsdp_config": fsdp}
+        if c.sharding == "hsdp":  # shard within a node, replicate across nodes
+            out["parallelism_config"] = {"dp_replicate_size": q.nodes, "dp_shard_size": q.gpus}
+        return out
+    if c.sharding.startswith("zero"):
+        return {"deepspeed": _deepspeed(c)}
+    return {}
+
+
+def launch(q: Question, c: Config, adapter: Adapter, rules: Rules) -> dict:
+    """How to start the job: torchrun's line (Trainer reads fsdp= or deepspeed= from its arguments), and the
+    accelerate config that does the same with `accelerate launch`."""
+    where = (
+        f"--nnodes {q.nodes} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port 29500 "
+        if q.nodes > 1
+        else ""
+    )
+    command = f"torchrun --nproc_per_node {q.gpus} {where}train.py"
+    precision = "bf16" if c.dtype in ("bf16-mixed", "bf16") else "fp16" if c.dtype == "fp16-mixed" else "no"
+    lines = [
+        "compute_environment: LOCAL_MACHINE",
+        f"distributed_type: {_ACCELERATE[c.sharding]}",
+        f"num_machines: {q.nodes}",
+        f"num_processes: {q.world}",
+    ]
+    if not c.sharding.startswith(
+        "zero"
+    ):  # with a deepspeed_config_file, accelerate refuses its own precision
+        lines.insert(2, f"mixed_precision: {precision}")
+    on_node = (
+        " --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --main_process_port 29500"
+        if q.nodes > 1
+        else ""
+    )
+    if c.sharding in ("fsdp", "hsdp"):
+        fsdp = sharded_arguments(q, c)["fsdp_config"]
+        lines += ["fsdp_config:", "  fsdp_version: 2", "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP"]
+        lines += [
+            f"  {ACCELERATE_FSDP.get(k, 'fsdp_' + k)}: {str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in fsdp.items()
+            if k != "version"
+        ]
+        if c.sharding == "hsdp":  # shard within a node, replicate across nodes
+            lines += [
+                "parallelism_config:",
+                f"  parallelism_config_dp_replicate_size: {q.nodes}",
+                f"  parallelism_config_dp_shard_size: {q.gpus}",
+            ]
+    if c.sharding.startswith("zero"):
+        lines += ["deepspeed_config:", "  deepspeed_config_file: ds_config.json"]
+    return {
+        "command": command,
+        "accelerate_command": f"accelerate launch --config_file accelerate.yaml{on_node} train.py",
+        "accelerate_config": "\n".join(lines) + "\n",
+        "deepspeed": _deepspeed(c) if c.sharding.startswith("zero") else None,
+    }
+
+
+# Trainer's fsdp_config keys that accelerate's config file names otherwise (its launcher's --fsdp_* arguments)
+ACCELERATE_FSDP = {"cpu_offload": "fsdp_offload_params"}
+_ACCELERATE = {
+    "ddp": "MULTI_GPU",
+    "fsdp": "FSDP",
+    "hsdp": "FSDP",
+    "zero1": "DEEPSPEED",
+    "zero2": "DEEPSPEED",
+    "zero3": "DEEPSPEED",
+}

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
-ENGINE_VERSION = 4  # what a prediction means: bump it when that changes, and cached ones are traced again
+ENGINE_VERSION = 5  # what a prediction means: bump it when that changes, and cached ones are traced again
 DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 ADAPTERS = ("full", "lora", "qlora")
-OFFLOADS = ("none", "optimizer")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")  # none: one accelerator
 ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
 BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
 
@@ -56,7 +57,8 @@ class Config:
     strategy: (
         str  # standard | checkpointing | selective-checkpointing | accumulation | checkpointing+accumulation
     )
-    offload: str = "none"  # none | optimizer: optimizer state and fp32 master weights on the host
+    offload: str = "none"  # none | optimizer (state and fp32 master weights on the host) | optimizer+params
+    sharding: str = "none"  # none (one accelerator) | ddp | zero1 | zero2 | zero3 | fsdp | hsdp
 
 
 # --- depth: traced at 1 and 2 blocks of each stack -----------------------------------------------------
@@ -81,10 +83,18 @@ def extrapolate_depth(values: dict, knobs: dict[str, int]) -> int:
 def _depth_combination(payload: dict, values: list[dict]) -> dict:
     """Values at the depth points (base, then each stack one block deeper), at the model's depths."""
     base, out = values[0], dict(values[0])
-    for raised, full in zip(values[1:], payload["depth"].values(), strict=True):
+    for raised, steps in zip(values[1:], _coefficients(payload)[1:], strict=False):
         for k in out:
-            out[k] += (full - 1) * (raised[k] - base[k])
+            out[k] += steps * (raised[k] - base[k])
     return out
+
+
+def _steps(payload: dict) -> list[int]:
+    """Blocks each stack's full depth is beyond the base point's (a sharded trace's base is deeper than 1;
+    a trace of the full depth has no raised points)."""
+    depths = payload["depth"].values()
+    base = payload["points"][0] if "points" in payload else [1] * len(depths)  # older payloads: depth 1
+    return [full - b for full, b in zip(depths, base, strict=True)]
 
 
 # --- lines in the batch: what a trace at the two BATCHES records ---------------------------------------
@@ -157,30 +167,49 @@ def phase_bytes(payload: dict, phase: str, batch: int) -> dict[str, float]:
 
 
 def tensor_peak(payload: dict, batch: int) -> tuple[str, dict[str, float]]:
-    """The phase holding the step's peak of live tensor bytes, and the bytes by category there."""
-    phases = {p: phase_bytes(payload, p, batch) for p in payload["phases"]}
-    phase = max(phases, key=lambda p: sum(phases[p].values()))
-    return phase, phases[phase]
+    """The phase holding the step's peak of live tensor bytes, and the bytes by category there (the phase
+    found from the lines' sums, its breakdown made once)."""
+    totals = _phase_totals(payload, batch)
+    phase = list(payload["phases"])[totals.index(max(totals))]
+    return phase, phase_bytes(payload, phase, batch)
 
 
 def peak_total(payload: dict, batch: int) -> float:
     """The step's peak of live tensor bytes at a micro-batch size: `tensor_peak`'s total, without its
     breakdown (the max-batch search calls it a few dozen times per configuration)."""
+    return max(_phase_totals(payload, batch), default=0.0)
+
+
+def _phase_totals(payload: dict, batch: int) -> list[float]:
+    """Each phase's peak of live tensor bytes at a micro-batch size, in the payload's order of phases."""
     coefficients = _coefficients(payload)
-    best = 0.0
-    for points in payload["phases"].values():
+    out = []
+    for points in _line_sums(payload):
         total = 0.0
         for c, lines in zip(coefficients, points, strict=True):
             if c:
-                total += c * max(sum(ln["a"].values()) + batch * sum(ln["b"].values()) for ln in lines)
-        best = max(best, total)
-    return best
+                total += c * max(a + batch * b for a, b in lines)
+        out.append(total)
+    return out
+
+
+def _line_sums(payload: dict) -> list:
+    """Each phase's lines as (bytes at batch 0, per sample) summed over categories, per depth point; kept on
+    the payload (a max-batch search reads them a few dozen times)."""
+    if "_sums" not in payload:
+        payload["_sums"] = [
+            [[(sum(ln["a"].values()), sum(ln["b"].values())) for ln in lines] for lines in points]
+            for points in payload["phases"].values()
+        ]
+    return payload["_sums"]
 
 
 def _coefficients(payload: dict) -> list[int]:
-    """The weight of each depth point in the combination at the model's depths."""
-    depths = list(payload["depth"].values())
-    return [1 - sum(d - 1 for d in depths)] + [d - 1 for d in depths]
+    """The weight of each depth point in the combination at the model's depths (kept on the payload)."""
+    if "_coefficients" not in payload:
+        steps = _steps(payload) if len(payload.get("points", payload["n_params"])) > 1 else []
+        payload["_coefficients"] = [1 - sum(steps)] + steps
+    return payload["_coefficients"]
 
 
 def step_flops(payload: dict, batch: int) -> float:

@@ -15,7 +15,7 @@ import vl_convert
 from advisor.answers.flowchart import BestPath
 from advisor.answers.frontier import Frontier, LeftOut
 from advisor.answers.pareto import FrontierPoint
-from advisor.render.views import fmt
+from advisor.render.numbers import fmt
 from advisor.rules import Metric, Rules
 
 FRONTIER, NOISE, DOMINATED, EXCLUDED = (

@@ -24,7 +24,8 @@ from advisor.errors import Error, NoEvidence
 from advisor.kb.reader import Group, group_settings, stats
 from advisor.prediction.step import CATEGORIES, n_params, step_flops, tensor_peak
 from advisor.render import charts
-from advisor.render.views import fmt, test_brief
+from advisor.render.numbers import fmt
+from advisor.render.views import test_brief
 from advisor.rules import Rules
 
 SCRIPT = "vega.js"  # Vega, Vega-Lite and vega-embed, written once beside index.html

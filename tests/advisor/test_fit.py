@@ -122,7 +122,7 @@ def test_a_repeated_question_imports_no_torch(invoke, tmp_path):
 
 def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
     """Full fine-tuning of an 8B model in 24 GB: pure bf16, 8-bit states, checkpointing, each with its GB, up
-    to several GPUs; nothing of the asked corner fits."""
+    to several GPUs, the fewest that hold it with ZeRO; nothing of the asked corner fits on one."""
     args = (
         "--model",
         LLAMA_8B,
@@ -139,11 +139,21 @@ def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
     assert not any(r["fits"] for r in out["configurations"]) and out["pick"] is None
     rungs = [r["rung"] for r in out["ladder"]]
     assert rungs == ["as asked", "pure bf16", "8-bit states", "checkpointing", "several GPUs"]
-    assert all(r["memory_gb"] > 24 for r in out["ladder"][:-1]) and out["ladder"][-1]["note"]
+    assert all(r["memory_gb"] > 24 for r in out["ladder"][:-1])
+    several = out["ladder"][-1]
+    assert several["fits"] and several["memory_gb"] <= 24 and several["sharding"] in ("zero2", "zero3")
+    assert several["gpus"] * several["nodes"] in (2, 4, 8, 16, 32, 64) and "adamw" in several["configuration"]
+    row = out["several_gpus"]
+    assert (
+        row["sharding"] == several["sharding"]
+        and row["fits"]
+        and row["launch"]["command"].startswith("torchrun")
+    )
     sizes = [r["memory_gb"] for r in out["ladder"][:-1]]
     assert sizes[0] > sizes[1] > sizes[2]  # each lever takes memory off
     text = invoke("fit", *args, "--optimizer", "adamw").output
-    assert "None of" in text and "The ladder" in text and "several GPUs" in text
+    assert "fits one GPU" in text and "The ladder" in text and "several GPUs" in text and "per rank" in text
+    assert "Run it on" in text and "Launch it" in text
 
 
 @pytest.mark.slow
@@ -290,7 +300,7 @@ def test_gpu_names_as_people_type_them():
         (
             ["--model", QWEN, "--gpu", "H100", "--adapter", "lora", "--offload", "optimizer"],
             2,
-            "offload is predicted",
+            "offload applies",
         ),
         (
             ["--model", QWEN, "--gpu", "H100", "--adapter", "full", "--lora-r", "8"],
@@ -449,3 +459,14 @@ def test_fit_names_how_its_predictions_were_checked_on_gpus(invoke, tmp_path, mo
         "Checked on NVIDIA H200: 3 configurations" in a and "median |error| 1.0%" in a
         for a in out["assumptions"]
     )
+
+
+def test_list_gpus_names_every_accelerator_with_its_memory_and_link(invoke):
+    """`--list-gpus`: each accelerator of rules/hardware.toml by its --gpu key, with its link's GB/s (what
+    several GPUs' communication time is read at); the CPU has no link."""
+    from advisor.rules import load_rules
+
+    out = invoke("fit", "--list-gpus").output
+    for key, acc in load_rules().accelerators.items():
+        line = next(ln for ln in out.splitlines() if ln.startswith(key + " "))
+        assert (f"{acc.link_gbs:g}" in line) if acc.link_gbs else line.rstrip().endswith("—"), line

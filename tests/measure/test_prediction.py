@@ -89,6 +89,7 @@ def test_the_composite_of_shallow_traces_equals_a_full_trace(name):
     "folder,name,expected",
     [
         ("Llama-3.1-8B", "decoder", 8_030_261_248),
+        ("Llama-3.1-70B", "decoder", 70_553_706_496),
         ("Llama-2-7b-hf", "decoder", 6_738_415_616),
         ("Qwen2-0.5B", "decoder", 494_032_768),
         ("Mistral-7B-v0.1", "decoder", 7_241_732_096),

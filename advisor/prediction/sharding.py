@@ -1,0 +1,217 @@
+"""Training across accelerators, per rank, from traced payloads (no torch): DDP and DeepSpeed ZeRO 1/2/3 composed
+from a single-process trace, FSDP2 and HSDP read from a trace of one rank under a fake process group and
+rescaled to any number of ranks; the bytes each rank sends per step; the host memory an offload takes.
+
+What is composed rather than traced, and the buffers and links it takes, are stated in rules/fit.toml
+[distributed] with their sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from advisor.prediction.question import Question
+from advisor.prediction.step import Config, host_bytes, n_params, phase_bytes, trainable
+from advisor.rules import Rules
+
+SHARDED = ("parameters", "gradients", "optimizer_state")  # what an FSDP rank holds 1/N of
+ZERO_STATES = ("parameters", "gradients", "optimizer_state")  # what ZeRO's model states replace
+ADDITIONAL_BUFFER_FACTOR = 1.5  # DeepSpeed's estimators' default, for host memory
+MAX_LIVE = 1e9  # DeepSpeed's stage3_max_live_parameters default (elements)
+
+
+def basis(c: Config) -> Config:
+    """The traced configuration a row is read from: itself on one accelerator; DDP the same step on one; ZeRO
+    a pure-bf16 step (DeepSpeed's bf16 mode runs the model in bf16), for LoRA the mixed-precision step the
+    single-GPU menu traces (its frozen base is 16-bit already; only the adapters' few bytes are fp32);
+    FSDP and HSDP one rank's sharded trace."""
+    if c.sharding == "ddp":
+        return replace(c, sharding="none")
+    if c.sharding.startswith("zero"):
+        dtype = "bf16" if c.adapter == "full" else c.dtype
+        return replace(c, dtype=dtype, sharding="none", offload="none")
+    if c.sharding in ("fsdp", "hsdp"):
+        return replace(c, sharding="fsdp", offload="none")
+    return c
+
+
+def shard_size(c: Config, q: Question) -> int:
+    """Ranks a rank's shard is of: all of them, or the node's under HSDP."""
+    return q.gpus if c.sharding == "hsdp" else q.world
+
+
+def per_rank(c: Config, payload: dict, q: Question, rules: Rules) -> dict:
+    """The payload of one rank's step under the configuration's sharding (`payload`: its basis's)."""
+    if c.sharding == "ddp":
+        buckets = trainable(payload) * payload["grad_bytes_per_param"]
+
+        def ddp(a: dict, b: dict) -> None:
+            a["gradients"] += buckets
+
+        return _mapped(payload, ddp)
+    if c.sharding.startswith("zero"):
+        return _zero(c, payload, q, rules)
+    if c.sharding in ("fsdp", "hsdp"):
+        factor = 0 if c.offload == "optimizer+params" else payload["sharded"]["world"] / shard_size(c, q)
+
+        def fsdp(a: dict, b: dict) -> None:
+            for category in SHARDED:
+                a[category] *= factor
+                b[category] *= factor
+
+        return _mapped(payload, fsdp)
+    return payload
+
+
+def _mapped(payload: dict, edit) -> dict:
+    """The payload with every phase line's bytes edited in place by edit(constant terms, per-sample terms), on
+    copies (a few hundred rows each map their basis: copies of the lines, not of every value through a call)."""
+
+    def edited(ln: dict) -> dict:
+        a, b = dict(ln["a"]), dict(ln["b"])
+        edit(a, b)
+        return {"a": a, "b": b}
+
+    phases = {
+        phase: [[edited(ln) for ln in lines] for lines in points]
+        for phase, points in payload["phases"].items()
+    }
+    return {k: v for k, v in payload.items() if not k.startswith("_")} | {"phases": phases}
+
+
+def zero_states(c: Config, payload: dict, q: Question, rules: Rules) -> dict[str, float]:
+    """DeepSpeed's model states per rank, by category, as its estimators count them for Adam (8 bytes of fp32
+    state per parameter), with the optimizer's own state instead of Adam's."""
+    n, trained = q.world, trainable(payload)
+    frozen = n_params(payload) - (trained if c.adapter == "full" else 0)
+    state = _state_per_param(c, payload, rules) * trained / n
+    fp32 = 8 * trained / n  # master weights and the gradient partition
+    weights = 2 * (trained + frozen)
+    largest = 4 * payload["structure"]["largest_module"]
+    if c.sharding == "zero3":
+        if c.offload == "optimizer+params":
+            return {"parameters": largest, "gradients": 0, "optimizer_state": 0}
+        if c.offload == "optimizer":
+            return {"parameters": largest + weights / n, "gradients": 0, "optimizer_state": 0}
+        return {"parameters": largest + weights / n, "gradients": fp32, "optimizer_state": state}
+    if c.offload == "optimizer":  # ZeRO-Offload, stage 2
+        return {"parameters": weights, "gradients": 0, "optimizer_state": 0}
+    grads16 = 2 * trained if c.sharding == "zero1" else 2 * trained / n
+    return {"parameters": weights, "gradients": grads16 + fp32, "optimizer_state": state}
+
+
+def _state_per_param(c: Config, payload: dict, rules: Rules) -> float:
+    """fp32 bytes of optimizer state per trained parameter: the basis trace's state, doubled where it
+    follows the weights' dtype and the basis is pure bf16 (32-bit optimizers; 8- and 4-bit states keep their
+    size)."""
+    state = phase_bytes(payload, "optimizer_step", 0)["optimizer_state"]
+    return state * fp32_factor(c, rules) / max(trainable(payload), 1)
+
+
+def fp32_factor(c: Config, rules: Rules) -> int:
+    """How many times a ZeRO rank's fp32 optimizer state (and its step's traffic) is its basis trace's: 2
+    where the basis is pure bf16 and the state follows the weights' dtype, else 1."""
+    follows = rules.optimizer_info[c.optimizer].bits == 32
+    return 2 if follows and basis(c).dtype == "bf16" else 1
+
+
+def _zero(c: Config, payload: dict, q: Question, rules: Rules) -> dict:
+    states = zero_states(c, payload, q, rules)
+    h = payload["structure"]["hidden"]
+    bucket = 2 * h * h  # reduce_bucket_size 'auto' = h x h elements of 16-bit gradients
+    if c.sharding == "zero3" and c.offload != "optimizer+params":
+        live = min(n_params(payload), MAX_LIVE)
+        bucket += (
+            2 * 0.9 * h * h + 2 * live / q.world
+        )  # prefetch bucket, gathered parameters beyond the shard
+    step_temps = phase_bytes(payload, "optimizer_step", 0)["temporaries"] / q.world
+
+    def zero(a: dict, b: dict) -> None:
+        for category in ZERO_STATES:
+            a[category], b[category] = states[category], 0
+        a["temporaries"] += bucket
+
+    out = _mapped(payload, zero)
+    step = out["phases"]["optimizer_step"]
+    for lines in step:
+        for ln in lines:
+            ln["a"]["temporaries"] = step_temps + bucket
+    return out
+
+
+def host_per_node(c: Config, payload: dict, q: Question) -> float | None:
+    """Host memory per node an offload takes (DeepSpeed's estimators, with their 1.5 buffer factor; FSDP's CPU
+    offload: every rank's fp32 shard of weights and gradients and its optimizer state); None: not offloaded."""
+    if c.sharding == "ddp":  # a paged optimizer's state, every rank's
+        return host_bytes(payload) * q.gpus
+    if c.offload == "none":
+        return None
+    trained = trainable(payload)
+    f = ADDITIONAL_BUFFER_FACTOR
+    if c.sharding == "zero2" or (c.sharding == "none" and c.offload == "optimizer"):
+        return trained * max(4 * q.world, 16) * f
+    if c.sharding == "zero3":
+        frozen = 2 * n_params(payload) if c.adapter != "full" else 0  # a LoRA base's 16-bit weights
+        states = trained * (18 if c.offload == "optimizer+params" else 16) * f
+        return (states + (frozen if c.offload == "optimizer+params" else 0)) / q.nodes
+    if c.sharding in ("fsdp", "hsdp"):
+        shard = sum(phase_bytes(payload, "optimizer_step", 0)[k] for k in SHARDED)
+        return shard * payload["sharded"]["world"] / shard_size(c, q) * q.gpus
+    return None
+
+
+def communication(c: Config, payload: dict, q: Question) -> dict:
+    """Bytes a rank sends per optimizer step, within its node and across nodes (ring collectives: an
+    all-reduce moves 2(N-1)/N of its input, an all-gather or reduce-scatter (N-1)/N)."""
+    n = q.world
+    if n == 1:
+        return {"intra": 0.0, "inter": 0.0}
+    trained = trainable(payload)
+    width = 4 if c.dtype == "fp32" and c.sharding in ("fsdp", "hsdp") else 2  # bytes a gathered weight takes
+    weights = width * (n_params(payload) + (trained if c.adapter != "full" else 0))
+    grads = trained * payload["grad_bytes_per_param"]
+    if c.sharding == "ddp":
+        volume = 2 * (n - 1) / n * grads
+    elif c.sharding in ("zero1", "zero2"):
+        volume = 2 * (n - 1) / n * 2 * trained  # reduce-scatter 16-bit grads, all-gather updated weights
+    elif c.sharding == "zero3":
+        volume = (n - 1) / n * (2 * weights + 2 * trained)
+    else:  # FSDP2: weights gathered in forward and backward, the root's once; gradients reduce-scattered
+        s = shard_size(c, q)
+        root = 2 * payload["structure"]["root"]
+        shard_volume = (s - 1) / s * (2 * weights - root + grads)
+        if c.sharding == "hsdp":
+            across = 2 * (q.nodes - 1) / q.nodes * grads / s
+            return {"intra": shard_volume, "inter": across}
+        volume = shard_volume
+    return {"intra": volume, "inter": 0.0} if q.nodes == 1 else {"intra": 0.0, "inter": volume}
+
+
+def communication_seconds(volume: dict, q: Question, rules: Rules) -> float | None:
+    """Seconds the step's collectives take at the links' bandwidth (rules/hardware.toml, rules/fit.toml)."""
+    if not volume["intra"] and not volume["inter"]:
+        return 0.0
+    d = rules.fit["distributed"]
+    link = q.accelerator.link_gbs if q.accelerator is not None else None
+    if volume["intra"] and not link:
+        return None
+    efficiency = d["collective_efficiency"]
+    intra = volume["intra"] / (link * 1e9 * efficiency) if volume["intra"] else 0.0
+    inter = volume["inter"] / (d["internode_gbs"] * 1e9 * efficiency)
+    return intra + inter
+
+
+def sharded_offload_seconds(
+    c: Config, payload: dict, q: Question, step_traffic: float, rules: Rules
+) -> float:
+    """A rank's offloaded step, not overlapped (rules/fit.toml [offload]): its gradient shard down and its
+    weight shard up over its own PCIe link, and the host stepping all of its node's shards at its memory
+    bandwidth (`step_traffic`: one rank's); with the parameters offloaded too, each forward and backward
+    brings the rank's weight shard up again (16-bit under ZeRO-3, FSDP's fp32 shard under mixed precision)."""
+    off = rules.fit["offload"]
+    ranks = shard_size(c, q)
+    pcie = 4 * trainable(payload) / ranks
+    if c.offload == "optimizer+params":
+        width = 4 if c.sharding in ("fsdp", "hsdp") and c.dtype != "bf16" else 2
+        pcie += 2 * width * n_params(payload) / ranks
+    return pcie / (off["pcie_gbs"] * 1e9) + q.gpus * step_traffic / (off["host_bandwidth_gbs"] * 1e9)
