@@ -40,9 +40,8 @@ class FitOptions:
     offload: tuple[str, ...] = ()  # none | optimizer | optimizer+params; (): every one that applies
     gpus: int = 1  # accelerators per node
     nodes: int = 1
-    shardings: tuple[
-        str, ...
-    ] = ()  # ddp | zero1 | zero2 | zero3 | fsdp | hsdp; (): all that apply to gpus x nodes
+    # ddp | zero1 | zero2 | zero3 | fsdp | hsdp; (): all that apply to gpus x nodes
+    shardings: tuple[str, ...] = ()
     attention: str = "sdpa"  # sdpa | eager | flash_attention_2
     mfu: float | None = None  # fraction of peak FLOP/s a step reaches; None: measured, else the default
 

@@ -120,10 +120,9 @@ def _zero(c: Config, payload: dict, q: Question, rules: Rules) -> dict:
     h = payload["structure"]["hidden"]
     bucket = 2 * h * h  # reduce_bucket_size 'auto' = h x h elements of 16-bit gradients
     if c.sharding == "zero3" and c.offload != "optimizer+params":
+        # the prefetch bucket, and the gathered parameters it keeps beyond the rank's own shard
         live = min(n_params(payload), MAX_LIVE)
-        bucket += (
-            2 * 0.9 * h * h + 2 * live / q.world
-        )  # prefetch bucket, gathered parameters beyond the shard
+        bucket += 2 * 0.9 * h * h + 2 * live / q.world
     step_temps = phase_bytes(payload, "optimizer_step", 0)["temporaries"] / q.world
 
     def zero(a: dict, b: dict) -> None:
@@ -178,7 +177,7 @@ def communication(c: Config, payload: dict, q: Question) -> dict:
         volume = (n - 1) / n * (2 * weights + 2 * trained)
     else:  # FSDP2: weights gathered in forward and backward, the root's once; gradients reduce-scattered
         s = shard_size(c, q)
-        root = 2 * payload["structure"]["root"]
+        root = width * payload["structure"]["root"]  # gathered once: FSDP2 keeps the root through backward
         shard_volume = (s - 1) / s * (2 * weights - root + grads)
         if c.sharding == "hsdp":
             across = 2 * (q.nodes - 1) / q.nodes * grads / s
