@@ -22,7 +22,7 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
-from advisor.kb.reader import open_for_reading
+from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
 from advisor.prediction.accelerators import resolve as resolve_accelerator
 from advisor.prediction.answer import FitAnswer
@@ -58,7 +58,8 @@ def recommend(
     source: str | None = None,
     preset: str | None = None,
     hardware: str | None = None,
-    group: int | None = None,
+    group: str | None = None,
+    evidence: str = "matching",
     db: PathLike | None = None,
     conn: sqlite3.Connection | None = None,
     menu: dict | None = None,
@@ -68,7 +69,8 @@ def recommend(
     reference name, a folder with config.json, or a cached Hugging Face id). With `model` and `gpu` (or
     `memory`), configurations predicted not to fit are excluded; `memory` (GB of accelerator memory)
     excludes measured configurations above it too. `menu`: advisor fit's menu options for that prediction
-    (`adapters`, `lora_r`, `offload`, `attention`, ...)."""
+    (`adapters`, `lora_r`, `offload`, `attention`, ...). `group`: one evidence group's id ('11', 'u3');
+    `evidence`: 'matching' (your own runs only where they match the question) or 'mine' (your runs alone)."""
     from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
     from advisor.answers.recommendation import Constraints
     from advisor.answers.recommendation import recommend as rank
@@ -79,6 +81,7 @@ def recommend(
     if gpu and model is None:
         raise InputError("--gpu predicts what fits your model: pass --model too.", "--gpu")
     _check_names(rules, optimize, (*optimizers, *exclude_optimizers), strategies)
+    selector = Selector(preset, hardware, _group_row(group), mine=_mine(evidence))
     resolved = _model(model, rules) if model is not None else None
     family = resolved.family.name if resolved else _family(arch, rules)
     fitted = menu_answer = None
@@ -93,7 +96,12 @@ def recommend(
         # checked against a prediction of each; the answer's menu, predicted as advisor fit predicts it, under
         # the same --optimizer, --exclude-optimizer and --strategy (one cache serves both)
         acc = resolve_accelerator(gpu, rules) if gpu else None
-        grid = tuple(o for o in resolved.family.grid_optimizers if installed(rules, o))
+        # every optimizer the evidence may hold (the family's grid and the menu's, measured beside it)
+        grid = tuple(
+            o
+            for o in dict.fromkeys((*resolved.family.grid_optimizers, *rules.optimizers))
+            if installed(rules, o)
+        )
         shape = dict(gpu=gpu, memory=memory, adapters=("full",), offload=("none",), dtype=mixed_dtype(acc))
         fitted = fit(resolved, optimizers=grid, **shape)
         menu_answer = fit(
@@ -120,8 +128,8 @@ def recommend(
             rules,
             constraints,
             source=source,
-            model=resolved.name if resolved else None,
-            selector=Selector(preset, hardware, group),
+            asked=_asked(resolved, fitted),
+            selector=selector,
             compare_groups=True,
         )
     finally:
@@ -188,6 +196,39 @@ def _narrowed(menu: dict | None, rules: Rules, optimizers: tuple, excluded: tupl
     if strategies:
         options["strategies"] = tuple(strategies)
     return options
+
+
+def _asked(resolved: ResolvedModel | None, fitted: FitAnswer | None):
+    """What the answer is about, for choosing its evidence: the user's model by its name and size; a reference
+    model ('llama') by its size alone (its family's groups at every preset carry its name)."""
+    from advisor.answers.evidence import Asked
+
+    if resolved is None:
+        return None
+    size = fitted.n_params if fitted else resolved.approx_params
+    return Asked(None if resolved.reference else resolved.name, size)
+
+
+EVIDENCE = ("matching", "mine")  # --evidence: which of the user's own runs an answer may rank
+
+
+def _group_row(group: str | int | None) -> int | None:
+    if group is None:
+        return None
+    row = group_id_of(str(group))
+    if row is None:
+        raise InputError(
+            f"--group {group!r} is not a group id: pass one as `advisor kb stats` or 'Other evidence' lists it "
+            "(a number, or u and a number for a group of your own KB).",
+            "--group",
+        )
+    return row
+
+
+def _mine(evidence: str) -> bool:
+    if evidence not in EVIDENCE:
+        raise InputError(f"--evidence {evidence!r}: choose {' or '.join(EVIDENCE)}.", "--evidence")
+    return evidence == "mine"
 
 
 def _model(name: str | ResolvedModel, rules: Rules) -> ResolvedModel:

@@ -54,12 +54,50 @@ class ResolvedModel:
             (text[k] for k in ("max_position_embeddings", "n_positions") if text and text.get(k)), None
         )
 
+    @cached_property
+    def approx_params(self) -> int | None:
+        """About how many parameters the config builds (None: a reference model, or a config this cannot read):
+        enough to state a scale ratio between this model and the evidence, never a prediction's figure."""
+        return config_params(self.config) if self.config else None
+
     @property
     def image_size(self) -> int | None:
         """The image side the config states, for a family that takes images."""
         if not self.config or not self.family.takes_images:
             return None
         return (self.config.get("vision_config") or self.config).get("image_size")
+
+
+GATED = ("silu", "swish", "swiglu", "geglu")  # activations of a gated MLP: three matrices, not two
+GATED_TYPES = ("gemma", "modernbert")  # model types whose MLP is gated whatever their activation's name
+
+
+def config_params(config: dict) -> int | None:
+    """A transformer's parameter count from its config.json's dimensions (embeddings, attention with grouped
+    keys and values, a gated or plain MLP, experts): torch-free, within a few percent of the built model for
+    the families the rules list (tests/measure/test_model_size.py checks it against transformers on meta).
+    Written by hand because the alternative, building the model on the meta device, imports torch (2 s)."""
+    text = config.get("text_config") or config
+    get = lambda *keys: next((text[k] for k in keys if isinstance(text.get(k), int)), None)  # noqa: E731
+    h, layers = get("hidden_size", "n_embd", "d_model"), get("num_hidden_layers", "n_layer")
+    patch = get("patch_size")  # a vision model embeds patches of pixels, not tokens
+    vocab = get("vocab_size") or (patch and (get("num_channels") or 3) * patch * patch)
+    if not (h and layers and vocab):
+        return None
+    heads = get("num_attention_heads", "n_head") or 1
+    head_dim = get("head_dim") or h // heads
+    kv = get("num_key_value_heads") or heads
+    attention = h * head_dim * (2 * heads + 2 * kv)
+    act = str(
+        text.get("hidden_act") or text.get("hidden_activation") or text.get("activation_function") or ""
+    )
+    gated = act in GATED or str(text.get("model_type", "")).startswith(GATED_TYPES)
+    experts = get("num_local_experts", "num_experts", "n_routed_experts") or 1
+    inner = get("moe_intermediate_size") if experts > 1 and get("moe_intermediate_size") else None
+    inner = inner or get("intermediate_size", "n_inner") or 4 * h
+    mlp = experts * (3 if gated else 2) * h * inner + (h * experts if experts > 1 else 0)
+    embeddings = vocab * h * (1 if text.get("tie_word_embeddings", True) else 2)
+    return int(embeddings + layers * (attention + mlp))
 
 
 def reference_models(rules: Rules) -> list[ResolvedModel]:

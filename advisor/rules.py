@@ -32,6 +32,7 @@ class Measure:
     scale: str | None = None  # a column of `runs` the value is multiplied by
     note: str | None = None
     accelerator: bool = False  # memory of the accelerator (what --memory means), not host RAM
+    unit: str | None = None  # the measure's own unit, where it is not its metric's (a prediction per sample)
 
 
 INPUTS = ("text", "image")  # what a family's models may take

@@ -215,11 +215,30 @@ def reporter_for(console: Console) -> Reporter:
     return PlainReporter(lambda line: print(line, file=console.file, flush=True))
 
 
+# The words for each measure, the same wherever a figure is shown (rules/metrics.toml names them too).
+MEASURE_WORDS = {
+    "eval_loss": "held-out loss",
+    "loss": "training loss (run mean)",
+    "gpu_mem_peak_gb": "GPU peak GB",
+    "tensor_peak_gb": "tensor peak GB",
+    "peak_rss_gb": "RSS growth GB",
+}
+LOSS_MEASURES = ("eval_loss", "loss")
+MEMORY_MEASURES = ("gpu_mem_peak_gb", "tensor_peak_gb", "peak_rss_gb")
+
+
 def summary_table(results: list) -> Table:
-    """The grid's cells (runner.CellResult) with their status, loss, epoch time and memory peak."""
+    """The grid's cells (runner.CellResult) with their status, loss, epoch time and memory peak, each column
+    named by its measure ('held-out loss', 'tensor peak GB'; mixed measures are marked per row)."""
+    loss, memory = (
+        _header(results, kind, fallback)
+        for kind, fallback in (("loss_measure", "loss"), ("memory_measure", "peak GB"))
+    )
     table = Table(title="advisor measure", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("model", "optimizer", "strategy", "seed", "status", "loss", "s/epoch", "peak GB"):
-        table.add_column(col, justify="right" if col in ("seed", "loss", "s/epoch", "peak GB") else "left")
+    for col in ("model", "optimizer", "strategy", "seed", "status", loss, "s/epoch", memory):
+        table.add_column(
+            col, justify="left" if col in ("model", "optimizer", "strategy", "status") else "right"
+        )
     for r in results:
         style = status_style(r.status)
         table.add_row(
@@ -228,11 +247,22 @@ def summary_table(results: list) -> Table:
             r.config.strategy,
             str(r.config.seed),
             f"[{style}]{r.status}[/]",
-            _fmt(r.loss),
+            _fmt(r.loss) + _mark(loss, r.loss_measure, MEASURE_WORDS),
             _fmt(r.epoch_time),
-            _fmt(r.peak_memory_gb),
+            _fmt(r.peak_memory_gb) + _mark(memory, r.memory_measure, MEASURE_WORDS),
         )
     return table
+
+
+def _header(results: list, kind: str, fallback: str) -> str:
+    """The column's measure when every row with a figure shares it, else the generic name."""
+    kinds = {getattr(r, kind) for r in results if getattr(r, kind)}
+    return MEASURE_WORDS[kinds.pop()] if len(kinds) == 1 else fallback
+
+
+def _mark(header: str, measure: str | None, words: dict) -> str:
+    """' (RSS growth GB)' after a figure whose measure the column's header does not name."""
+    return "" if measure is None or words.get(measure) == header else f" ({words.get(measure, measure)})"
 
 
 def _fmt(v) -> str:

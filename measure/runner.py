@@ -20,7 +20,7 @@ from advisor.rules import Rules
 from measure.config import GridCell, RunConfig
 from measure.hardware import describe, owner, pid_alive, resolve_device
 from measure.preflight import will_not_fit
-from measure.progress import Reporter
+from measure.progress import LOSS_MEASURES, MEMORY_MEASURES, Reporter
 from measure.trainer import Diverged, Trainer, Untrained, is_oom
 
 SOURCE = "measured"
@@ -36,14 +36,28 @@ class CellResult:
     epoch_time: float | None = None
     peak_memory_gb: float | None = None
     error: str | None = None
+    loss_measure: str | None = None  # which stored measure `loss` is (LOSS_MEASURES: held-out first)
+    memory_measure: str | None = (
+        None  # which `peak_memory_gb` is (MEMORY_MEASURES: what recommend ranks first)
+    )
 
     @classmethod
     def of(cls, cfg: RunConfig, run_id: int, outcome: CellOutcome) -> CellResult:
-        """The result of a trained cell: its outcome's status, loss, epoch time and peak memory."""
+        """The result of a trained cell: its status and the figures an answer ranks (held-out loss before
+        training loss, the GPU's or the tensors' peak before RSS), each with the name of its measure."""
         figures = outcome.figures
-        peak = figures.get("gpu_mem_peak_gb") or figures.get("peak_rss_gb")
+        loss = next((m for m in LOSS_MEASURES if figures.get(m) is not None), None)
+        memory = next((m for m in MEMORY_MEASURES if figures.get(m) is not None), None)
         return cls(
-            cfg, outcome.status, run_id, figures.get("loss"), figures.get("epoch_time"), peak, outcome.error
+            cfg,
+            outcome.status,
+            run_id,
+            figures.get(loss) if loss else None,
+            figures.get("epoch_time"),
+            figures.get(memory) if memory else None,
+            outcome.error,
+            loss,
+            memory,
         )
 
     def as_dict(self) -> dict:
@@ -58,6 +72,8 @@ class CellResult:
             "loss": self.loss,
             "epoch_time_s": self.epoch_time,
             "peak_memory_gb": self.peak_memory_gb,
+            "loss_measure": self.loss_measure,
+            "memory_measure": self.memory_measure,
             "error": self.error,
         }
 
@@ -190,7 +206,9 @@ def cell_run(cell: GridCell, settings: str, machine: dict) -> dict:
         "preset": cfg.preset if cell.model.reference else "custom",
         "data": cfg.data_id
         or "generated",  # part of its evidence group: runs on other data never rank with it
-        "config": cfg.as_dict(),
+        # a user's model is named as given (a path or Hub id) and kept by its config's hash too
+        "config": cfg.as_dict()
+        | ({} if cell.model.reference else {"model_config_hash": cell.model.config_hash}),
         "settings": settings,
         "protocol": cfg.protocol,
         "owner": owner(),

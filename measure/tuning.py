@@ -68,16 +68,38 @@ def tune(
     rules: Rules,
 ) -> tuple[list[GridCell], list[Tuned]]:
     """Run the tuning grid (through `run`, e.g. the grid runner), choose each rate, and return the grid's
-    cells at their rates with the grid recorded, and what was chosen."""
+    cells at their rates with the grid recorded, and what was chosen. A rate chosen at the grid's edge is
+    not a choice but a bound: the grid is extended a step beyond it (rules/protocol.toml `extend` times at
+    most) until the best lies inside, so that no tuned rate sits on the edge of what was tried."""
     keys = {tuning_key(c.config, rules): c.model for c in cells}
-    run([GridCell(replace(k, lr=lr), model) for k, model in keys.items() for lr in rates(k, rules)])
-    chosen = {k: _choose(k, rates(k, rules), db_path) for k in keys}
+    grids = {k: rates(k, rules) for k in keys}
+    run([GridCell(replace(k, lr=lr), model) for k, model in keys.items() for lr in grids[k]])
+    chosen = {k: _choose(k, grids[k], db_path) for k in keys}
+    for _ in range(rules.protocol["tuning"].get("extend", 0)):
+        beyond = {k: lr for k in keys if (lr := _beyond(chosen[k], grids[k], rules)) is not None}
+        if not beyond:
+            break
+        run([GridCell(replace(k, lr=lr), keys[k]) for k, lr in beyond.items()])
+        for k, lr in beyond.items():
+            grids[k] = tuple(sorted((*grids[k], lr)))
+            chosen[k] = _choose(k, grids[k], db_path)
     out = []
     for cell in cells:
-        found = chosen[tuning_key(cell.config, rules)]
-        tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=rates(cell.config, rules))
+        key = tuning_key(cell.config, rules)
+        found = chosen[key]
+        tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=grids[key])
         out.append(cell.with_config(**tuned))
     return out, list(chosen.values())
+
+
+def _beyond(found: Tuned, grid: tuple[float, ...], rules: Rules) -> float | None:
+    """The next rate past the edge the choice sits on (one step of the grid's own spacing), or None when the
+    choice lies inside the grid, or nothing trained."""
+    if found.lr is None or not found.at_edge:
+        return None
+    factors = rules.protocol["tuning"]["factors"]
+    step = factors[1] / factors[0]
+    return float(f"{found.lr * step:.3g}") if found.lr == max(grid) else float(f"{found.lr / step:.3g}")
 
 
 def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:

@@ -13,10 +13,19 @@ from advisor.answers.evidence import GroupEvidence, Stat, select_group
 from advisor.answers.flowchart import walk
 from advisor.answers.recommendation import Answer, Entry, recommend
 from advisor.errors import NoEvidence, RulesError
+from advisor.kb.reader import Group
 from advisor.places import shipped_rules_dir
 from advisor.rules import Rules
 
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
+NOT_COMPARABLE = "not comparable"  # the evidence was measured under another protocol than the claim's
+VERDICTS = (HOLDS, FAILS, UNKNOWN, NOT_COMPARABLE)
+# What each protocol holds equal, for a verdict that cannot compare two of them (measure/protocol.py).
+PROTOCOL_MEANS = {
+    "fair": "equal optimizer updates, held-out loss, tuned rates",
+    "paper": "equal micro-batches, training loss, one rate",
+    "trainer": "a user's Trainer run: their data, rate and schedule",
+}
 KINDS = ("ratio", "ratio_all", "range", "best", "diverged", "never_best", "path_counts")  # claims.toml
 
 
@@ -53,12 +62,14 @@ class Checker:
         self.cache: dict = {}  # Group -> GroupEvidence, shared with every recommend() the checks make
         self.evidence = cache(self._evidence)
         self._walked: list | None = None
+        self.groups: dict[str, Group] = {}  # label -> group, of every group a check has used
 
     def _evidence(self, family: str) -> GroupEvidence | None:
         try:
-            group, _ = select_group(self.conn, self.rules, family, self.source)
+            group = select_group(self.conn, self.rules, family, self.source).group
         except NoEvidence:
             return None
+        self.groups[group.label] = group
         return self.cache.get(group) or self.cache.setdefault(
             group, GroupEvidence(self.conn, group, self.rules)
         )
@@ -70,6 +81,9 @@ class Checker:
                 f"claim {claim.get('id')!r} has kind {kind!r}; rules/claims.toml knows {', '.join(KINDS)}."
             )
         verdict, found, groups = getattr(self, f"_{kind}")(claim)
+        other = self._other_protocol(claim, groups)
+        if other:
+            verdict, found = NOT_COMPARABLE, f"{other} (what it found: {found})"
         return Verdict(
             claim["id"],
             claim["text"],
@@ -78,6 +92,19 @@ class Checker:
             claim.get("note", ""),
             found,
             sorted(groups),
+        )
+
+    def _other_protocol(self, claim: dict, labels: set[str]) -> str | None:
+        """Why the evidence cannot judge the claim, when a group it used was measured under another protocol
+        than the claim was made under (rules/claims.toml `protocol`, default the paper's); else None."""
+        made = claim.get("protocol", "paper")
+        other = sorted({g.protocol for label, g in self.groups.items() if label in labels} - {made})
+        if not other:
+            return None
+        return (
+            f"{other[0]}-protocol evidence ({PROTOCOL_MEANS.get(other[0], other[0])}) against a claim of the "
+            f"{made} protocol ({PROTOCOL_MEANS.get(made, made)}); measure with `advisor measure --protocol "
+            f"{made}` to judge it"
         )
 
     def _stat(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str) -> Stat | None:
@@ -168,9 +195,11 @@ class Checker:
 
     def _answer(self, family: str, metric: str) -> Answer | None:
         try:
-            return recommend(self.conn, family, metric, self.rules, source=self.source, evidence=self.cache)
+            answer = recommend(self.conn, family, metric, self.rules, source=self.source, evidence=self.cache)
         except NoEvidence:
             return None
+        self.groups[answer.group.label] = answer.group
+        return answer
 
     def _best(self, c):
         """Holds when each claimed configuration is the pick and nothing unclaimed is statistically tied
@@ -250,6 +279,7 @@ class Checker:
         """The flowchart's best paths on this evidence (walked once per check_all)."""
         if self._walked is None:
             self._walked = walk(self.conn, self.rules, source=self.source, evidence=self.cache)
+            self.groups |= {p.answer.group.label: p.answer.group for p in self._walked if p.answer}
         return self._walked
 
     def _path_counts(self, c):
@@ -384,14 +414,15 @@ def check_all(
 
 def markdown(verdicts: list[Verdict], source: str | None, command: str) -> str:
     """The reproduction report: every claim, the paper's numbers, ours, and the verdict."""
-    counts = {v: sum(x.verdict == v for x in verdicts) for v in (HOLDS, FAILS, UNKNOWN)}
+    counts = {v: sum(x.verdict == v for x in verdicts) for v in VERDICTS}
     groups = sorted({g for v in verdicts for g in v.evidence})
     lines = [
         f"# The paper's claims against {source or 'the best available'} evidence",
         "",
         f"Made by `{command}`; the claims are data in `rules/claims.toml`.",
         "",
-        f"**{counts[HOLDS]} hold, {counts[FAILS]} do not hold, {counts[UNKNOWN]} lack evidence** "
+        f"**{counts[HOLDS]} hold, {counts[FAILS]} do not hold, {counts[UNKNOWN]} lack evidence, "
+        f"{counts[NOT_COMPARABLE]} not comparable (measured under another protocol)** "
         f"(of {len(verdicts)}).",
         "",
         "Evidence groups ranked:",

@@ -20,6 +20,7 @@ from advisor.kb.reader import (
     group_aggregates,
     group_cells,
     group_pairs,
+    group_ref,
 )
 from advisor.rules import Rules
 
@@ -28,21 +29,47 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class Selector:
-    """Which evidence an answer may rank, beside --source: a preset, a hardware, or one group's id."""
+    """Which evidence an answer may rank, beside --source: a preset, a hardware, one group's id (a row id;
+    `group_id_of` reads the typed form), or the user's own runs alone (`--evidence mine`)."""
 
     preset: str | None = None
     hardware: str | None = None
     group: int | None = None
+    mine: bool = False
 
     def keeps(self, g: Group) -> bool:
         return (
             (self.preset is None or g.preset == self.preset)
             and (self.hardware is None or g.hardware == self.hardware)
             and (self.group is None or g.id == self.group)
+            and (not self.mine or g.own)
         )
 
     def __str__(self) -> str:
-        return " ".join(f"--{k} {v}" for k, v in vars(self).items() if v is not None)
+        flags = {"preset": self.preset, "hardware": self.hardware, "group": group_ref(self.group)}
+        return " ".join(
+            [f"--{k} {v}" for k, v in flags.items() if v is not None] + ["--evidence mine"] * self.mine
+        )
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What an answer is about: the user's model (its name as the KB stores it, about how many parameters it
+    has), or, with neither, the family at the scale of the evidence that answers without the user's runs."""
+
+    model: str | None = None
+    n_params: int | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The group an answer ranks, the others available (best first), why each of the user's groups that
+    does not match the question was passed over (group id -> a sentence), and the question's scale."""
+
+    group: Group
+    others: list[Group]
+    unmatched: dict[int, str]
+    scale: int | None  # the parameters the question is about (None: not known)
 
 
 def select_group(
@@ -50,32 +77,44 @@ def select_group(
     rules: Rules,
     family: str,
     source: str | None = None,
-    model: str | None = None,
+    asked: Asked | None = None,
     selector: Selector | None = None,
-) -> tuple[Group, list[Group]]:
-    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps, and
-    the others available. Sources the rules never answer from (`--tune-lr`'s runs, which chose the rates)
-    count only when asked for; so does the group a selector names."""
-    prefs = rules.flowchart["evidence"]
-    selector = selector or Selector()
-    everything = evidence_groups(conn, family=family, source=source)
-    groups = [
-        g
-        for g in everything
-        if selector.keeps(g) and (source or selector.group or g.source not in prefs.get("answer_never", []))
-    ]
-    if not groups:
-        where = f" from source {source!r}" if source else ""
-        where += f" matching {selector}" if str(selector) else ""
-        raise NoEvidence(
-            f"the knowledge base has no runs of the {family} family{where}. "
-            f"Measure some with `advisor measure`, or drop --source (see `advisor kb stats` for the groups)."
-        )
+) -> Selection:
+    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps.
 
+    Shipped evidence is always eligible. The user's own runs answer only a question they match (`matches`):
+    one smoke run never becomes the answer for a model a thousand times its size. Sources the rules never
+    answer from (`--tune-lr`'s runs, which chose the rates) count only when asked for, as a named group."""
+    prefs = rules.flowchart["evidence"]
+    selector, asked = selector or Selector(), asked or Asked()
+    never = prefs.get("answer_never", [])
+    everything = evidence_groups(conn, family=family, source=source)
+    kept = [
+        g for g in everything if selector.keeps(g) and (source or selector.group or g.source not in never)
+    ]
+    shipped = [g for g in kept if not g.own] or [  # the shipped group that answers, within --source if any
+        g for g in evidence_groups(conn, family=family) if not g.own and g.source not in never
+    ]
+    scale = asked.n_params or _reference_scale(shipped, asked, prefs)
+    unmatched = {
+        g.id: why for g in kept if g.own and (why := mismatch(g, asked, scale, selector, rules)) is not None
+    }
+    groups = [g for g in kept if g.id not in unmatched]
+    if not groups:
+        raise NoEvidence(
+            _no_group(family, source, selector, [g for g in kept if g.id in unmatched], unmatched)
+        )
+    key = _rank_key(asked, prefs)
+    chosen = max(groups, key=key)
+    others = [g for g in everything if g is not chosen and (g.source not in never or selector.group == g.id)]
+    return Selection(chosen, sorted(others, key=key, reverse=True), unmatched, scale)
+
+
+def _rank_key(asked: Asked, prefs: dict):
     def rank(g: Group):
         return (
-            g.model == model,
-            g.own,  # the user's own measurements of the family, on their hardware, over anything shipped
+            g.model == asked.model,
+            g.own,  # the user's own runs that match the question, over anything shipped
             g.own and g.data not in ("generated", ""),  # of those, on their own (real) data over generated
             prefs["preset_rank"].get(g.preset, 1),
             prefs["protocol_rank"].get(g.protocol, 0),
@@ -84,10 +123,69 @@ def select_group(
             g.n_runs,
         )
 
-    chosen = max(groups, key=rank)
-    never = prefs.get("answer_never", [])
-    others = [g for g in everything if g is not chosen and (g.source not in never or selector.group == g.id)]
-    return chosen, sorted(others, key=rank, reverse=True)
+    return rank
+
+
+def _reference_scale(shipped: list[Group], asked: Asked, prefs: dict) -> int | None:
+    """The question's scale when the user's model does not state it: that of the shipped group that would
+    answer without the user's runs (within --source and --preset where they keep one; else whatever they
+    narrow the answer to, so that `--source trainer` never lets a smoke run answer), else the largest a
+    shipped group of the family states; None when nothing shipped is there to weigh the user's runs against."""
+    if not shipped:
+        return None
+    best = max(shipped, key=_rank_key(asked, prefs)).n_params
+    return best or max((g.n_params or 0 for g in shipped), default=0) or UNKNOWN_SCALE
+
+
+UNKNOWN_SCALE = -1  # shipped evidence that states no size: the user's runs match it by identity alone
+
+
+def mismatch(g: Group, asked: Asked, scale: int | None, selector: Selector, rules: Rules) -> str | None:
+    """None when the user's group `g` matches the question: selected by name (--group, --evidence mine), the
+    same model, or the same family at the question's scale or within rules' `match_scale_ratio` below it
+    (or no shipped evidence to weigh it against). Else why it was passed over, with the flag that selects it."""
+    ratio = rules.flowchart["evidence"]["match_scale_ratio"]
+    if selector.mine or selector.group == g.id or (asked.model and g.model == asked.model) or scale is None:
+        return None
+    if scale == UNKNOWN_SCALE:
+        return (
+            "not the model asked about, and the evidence it would replace states no size to weigh it against; "
+            f"select it with --group {g.ref} or --evidence mine"
+        )
+    if g.n_params and g.n_params * ratio >= scale:
+        return None
+    size = (
+        f"{params_text(g.n_params)} parameters, {scale / g.n_params:,.0f}× smaller than"
+        if g.n_params
+        else ("its runs state no parameter count, against")
+    )
+    return (
+        f"not the model asked about, and {size} the question's {params_text(scale)} (your runs answer a "
+        f"question about the same model, or of the family within {ratio:g}× of its scale); "
+        f"select it with --group {g.ref} or --evidence mine"
+    )
+
+
+def params_text(n: int | None) -> str:
+    """1.24 B, 4.07 M, 127 k: a parameter count as answers say it."""
+    if not n:
+        return "?"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return str(n)
+
+
+def _no_group(family: str, source, selector: Selector, passed: list[Group], unmatched: dict[int, str]) -> str:
+    if passed:
+        shown = "; ".join(f"{g.label}: {unmatched[g.id]}" for g in passed[:3])
+        return f"none of your {family} runs matches this question: {shown}."
+    where = f" from source {source!r}" if source else ""
+    where += f" matching {selector}" if str(selector) else ""
+    return (
+        f"the knowledge base has no runs of the {family} family{where}. "
+        f"Measure some with `advisor measure`, or drop --source (see `advisor kb stats` for the groups)."
+    )
 
 
 @dataclass(frozen=True)

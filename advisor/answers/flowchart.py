@@ -67,6 +67,9 @@ def summary(paths: list[BestPath]) -> dict:
         "paths": len(paths),
         "answered": len(picks),
         "tied": len(tied),
+        # what a tie means, read against the runner-up: equivalent (TOST, within the margin) or undecided
+        "tied_equivalent": sum((p.test or {}).get("reading") == "equivalent" for p in tied),
+        "tied_undecided": sum((p.test or {}).get("reading") != "equivalent" for p in tied),
         "optimizers": dict(Counter(p.optimizer for p in picks).most_common()),
         "strategies": dict(Counter(p.strategy for p in picks).most_common()),
         # of those, the paths whose pick is tied with another configuration (counted above too)

@@ -53,7 +53,7 @@ def frontier(
     source: str | None = None,
 ) -> Frontier:
     """The x-vs-y frontier of the family's best evidence group; unusable configurations are left out, with why."""
-    group, _ = select_group(conn, rules, family, source)
+    group = select_group(conn, rules, family, source).group
     ev = GroupEvidence(conn, group, rules)
     left_out = sorted(f"{ev.cells[k].name}: {why}" for k, why in ev.unusable().items())
     points = frontier_points(ev, ev.usable(), x, y)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field, replace
 
-from advisor.answers.evidence import GroupEvidence, Selector, Stat, select_group
+from advisor.answers.evidence import Asked, GroupEvidence, Selector, Stat, params_text, select_group
 from advisor.answers.frontier import frontier_points
 from advisor.answers.pareto import FrontierPoint
-from advisor.answers.stats import holm, relative_difference
+from advisor.answers.stats import holm, relative_difference, tost
+from advisor.answers.transfer import METRICS as METRICS_ACROSS_SCALES
+from advisor.answers.transfer import summary_line, transfers
 from advisor.errors import RulesError
 from advisor.kb.reader import Cell, Group, group_settings, validation
 from advisor.rules import Metric, Rules
@@ -50,6 +52,9 @@ class Entry:
     seeds_total: int = 0  # those, and the seeds that finished without one
     failed: list[dict] = field(default_factory=list)  # {seed, status, error} of each failed seed
     flag: str | None = None  # '2 of 3 seeds ok; seed 1 diverged' when a seed failed
+    measured: dict | None = (
+        None  # ranked by prediction: what the evidence measured for it ({value, unit, ...})
+    )
 
     def as_dict(self) -> dict:
         d = dict(
@@ -70,6 +75,7 @@ class Entry:
             seeds_total=self.seeds_total,
             failed=self.failed,
             flag=self.flag,
+            measured=self.measured,
         )
         if self.reason is not None:
             d["reason"] = self.reason
@@ -91,6 +97,9 @@ class Answer:
     frontier_axes: tuple[str, str] = ("time", "loss")
     why_none: str | None = None
     other_groups: list[Group] = field(default_factory=list)
+    unmatched: dict[int, str] = field(default_factory=dict)  # the user's groups passed over, and why
+    scale: int | None = None  # the parameters the question is about (Selection.scale)
+    scale_note: dict | None = None  # that scale against the evidence's (scale_statement)
     disagreements: list[dict] = field(default_factory=list)  # other groups' differing picks (compare_groups)
     validation: dict | None = None  # the latest `advisor validate` on the evidence's hardware
     tie_break: str | None = None  # what picked the pick among configurations of practically equal means
@@ -133,7 +142,12 @@ class Answer:
             "notes": self.notes,
             "model": self.model,
             "menu": self.menu,
-            "other_evidence": [g.as_dict() | {"select": selector_flags(g)} for g in self.other_groups],
+            "question_parameters": self.scale,
+            "scale": self.scale_note,
+            "other_evidence": [
+                g.as_dict() | {"select": selector_flags(g), "passed_over": self.unmatched.get(g.id)}
+                for g in self.other_groups
+            ],
             "disagreements": self.disagreements,
         }
 
@@ -145,7 +159,7 @@ def recommend(
     rules: Rules,
     constraints: Constraints = Constraints(),
     source: str | None = None,
-    model: str | None = None,
+    asked: Asked | None = None,
     evidence: dict[Group, GroupEvidence] | None = None,
     selector: Selector | None = None,
     compare_groups: bool = False,
@@ -154,25 +168,119 @@ def recommend(
 
     `evidence` caches each group's aggregates when one caller asks several questions (the flowchart);
     `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`)."""
-    group, others = select_group(conn, rules, family, source, model, selector)
-    if constraints.fit is not None and metric == "memory":  # ranked by prediction: a group of its own
+    chosen = select_group(conn, rules, family, source, asked, selector)
+    answer = _answer(conn, rules, chosen.group, chosen.others, metric, constraints, evidence)
+    pinned = source or (
+        selector and (selector.group or selector.preset or selector.hardware or selector.mine)
+    )
+    if answer.recommendation is None and constraints.fit is not None and not pinned:
+        answer = _from_evidence_that_has_one(conn, rules, chosen, metric, constraints, evidence) or answer
+    answer.unmatched, answer.scale = chosen.unmatched, chosen.scale
+    predicted = answer.measure in MEASURES_PREDICTED
+    answer.scale_note = scale_statement(rules, asked and asked.n_params, answer.group, predicted)
+    if answer.scale_note and answer.scale_note["warning"] and metric in METRICS_ACROSS_SCALES:
+        answer.scale_note["transfer"] = summary_line(transfers(conn, rules, metrics=(metric,)), metric)
+    if constraints.fit is not None:
+        answer.model = model_summary(constraints.fit, answer.group)
+        answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
+    if compare_groups and answer.recommendation is not None and not predicted:
+        never = rules.flowchart["evidence"].get("answer_never", [])
+        eligible = [g for g in answer.other_groups if g.id not in chosen.unmatched and g.source not in never]
+        answer.disagreements = disagreements(conn, rules, eligible, rules.metric(metric), constraints, answer)
+    return answer
+
+
+def _answer(
+    conn, rules: Rules, group: Group, others: list[Group], metric: str, c: Constraints, evidence
+) -> Answer:
+    """One group's answer: its configurations ranked under the constraints (by advisor fit's prediction for a
+    metric it predicts for the user's model), with its validation and mixed settings."""
+    if c.fit is not None and metric in PREDICTED:  # ranked by prediction: a group of its own
         ev = GroupEvidence(conn, group, rules)
-        ev.use_prediction(
-            "memory", "predicted_gb", {k: r.total for k, r in full_rows(constraints.fit).items()}
-        )
+        measure, value = PREDICTED[metric]
+        rows = full_rows(c.fit).items()
+        ev.use_prediction(metric, measure, {k: v for k, r in rows if (v := value(r)) is not None})
     else:
         cache = {} if evidence is None else evidence
         ev = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
-    answer = rank_group(ev, rules.metric(metric), constraints, others)
-    if constraints.fit is not None:
-        answer.model = model_summary(constraints.fit, group)
-        answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
+    answer = rank_group(ev, rules.metric(metric), c, others)
+    if ev.measure(metric) in MEASURES_PREDICTED:  # the evidence's own measurement, beside the prediction
+        cache = {} if evidence is None else evidence
+        measured = cache.get(group) or cache.setdefault(group, GroupEvidence(conn, group, rules))
+        for e in [answer.recommendation, *answer.alternatives, *answer.excluded, *answer.tied_with]:
+            if e is not None:
+                e.measured = _measured_beside(measured, rules.metric(metric), (e.optimizer, e.strategy))
     answer.validation = validation(conn, group.hardware)
     protocols = group_settings(conn, group)
     answer.mixed_protocols = protocols if len(protocols) > 1 else {}
-    if compare_groups and answer.recommendation is not None:
-        answer.disagreements = disagreements(conn, rules, others, rules.metric(metric), constraints, answer)
     return answer
+
+
+def _measured_beside(ev: GroupEvidence, metric: Metric, key: tuple[str, str]) -> dict | None:
+    """What the evidence measured for a configuration ranked by prediction: its value (in the metric's
+    unit, at the evidence's scale and hardware), seeds, and the measure read."""
+    cell = ev.cells.get(key)
+    stat = ev.stat(cell, metric.name) if cell else None
+    if stat is None:
+        return None
+    return dict(value=stat.mean, unit=metric.unit, seeds=stat.n, measure=ev.measure(metric.name))
+
+
+def _from_evidence_that_has_one(
+    conn, rules: Rules, chosen, metric: str, c: Constraints, evidence
+) -> Answer | None:
+    """Where the best evidence has no configuration that fits the user's model (the paper's 1B Llama ran
+    Adam, which an 8B model on one GPU cannot), the next eligible group that has one answers, and says why."""
+    never = rules.flowchart["evidence"].get("answer_never", [])
+    for group in chosen.others:
+        if group.id in chosen.unmatched or group.source in never:
+            continue
+        rest = [chosen.group] + [g for g in chosen.others if g is not group]
+        answer = _answer(conn, rules, group, rest, metric, c, evidence)
+        if answer.recommendation is not None:
+            answer.notes.append(
+                f"The best evidence ({chosen.group.label}) has no {metric} figure for a configuration that fits "
+                f"your model; this answer is from the best evidence that has one."
+            )
+            return answer
+    return None
+
+
+# Metrics an answer about the user's model on their accelerator ranks by advisor fit's prediction for that
+# model, not by the evidence's measurements at another scale: metric -> (measure, the row's value).
+PREDICTED = {
+    "memory": ("predicted_gb", lambda r: r.total),
+    "time": (
+        "predicted_time_per_ksample",
+        lambda r: 1000.0 / r.throughput if r.throughput and r.fits else None,
+    ),
+}
+
+MEASURES_PREDICTED = {measure for measure, _ in PREDICTED.values()}
+
+
+def scale_statement(rules: Rules, asked: int | None, group: Group, predicted: bool) -> dict | None:
+    """The scale of the question against the evidence's, always stated where both are known: the ratio, and
+    what it means for this ranking (a warning beyond rules' `scale_warning_ratio`, unless the ranking is
+    advisor fit's prediction for the user's model itself)."""
+    if not asked or not group.n_params:
+        return None
+    ratio = asked / group.n_params
+    far = max(ratio, 1 / ratio) >= rules.flowchart["evidence"]["scale_warning_ratio"]
+    x = max(ratio, 1 / ratio)
+    times = f"{x:,.0f}× " if x >= 10 else f"{x:.1f}× "
+    times += "larger" if ratio >= 1 else "smaller"
+    text = (
+        f"Scale: the question is about {params_text(asked)} parameters, the evidence's {group.model} has "
+        + (f"{params_text(group.n_params)} ({times})")
+    )
+    if predicted:
+        text += ": this ranking is advisor fit's prediction for the model asked about, not the evidence's"
+    elif far:
+        text += ": a ranking measured at one scale need not hold at the other"
+    return dict(
+        question=asked, evidence=group.n_params, ratio=ratio, warning=far and not predicted, text=text
+    )
 
 
 COMPARED_GROUPS = 5  # other evidence groups an answer ranks to show where they disagree
@@ -192,8 +300,8 @@ def disagreements(
     mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
     out = []
     for group in others[:COMPARED_GROUPS]:
-        theirs = rank_group(
-            GroupEvidence(conn, group, rules), metric, replace(c, fit=None, menu=None)
+        theirs = rank_group(  # under the same constraints: what does not fit here does not fit there
+            GroupEvidence(conn, group, rules), metric, replace(c, menu=None)
         ).recommendation
         if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
             out.append(
@@ -204,7 +312,7 @@ def disagreements(
 
 def selector_flags(group: Group) -> str:
     """The flags that make `advisor recommend` answer from this group."""
-    return f"--source {group.source} --group {group.id}"
+    return f"--source {group.source} --group {group.ref}"
 
 
 def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, others=()) -> Answer:
@@ -243,7 +351,7 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     answer.frontier = frontier_points(ev, passed, x, "loss")
     pick = answer.recommendation
     contended = bool(pick) and ev.contended((pick.optimizer, pick.strategy))
-    answer.caveats = matching_caveats(rules, ev.group, metric.name, pick, contended)
+    answer.caveats = matching_caveats(rules, ev.group, metric.name, pick, contended, ev.measure(metric.name))
     return answer
 
 
@@ -300,7 +408,45 @@ def _tests_against_best(
         test["decided_by"] = _tie_break_test(ev, metric, best_cell, cell, alpha) if equal else None
         tied = (equal and test["decided_by"] is None) or (cmp is not None and adjusted[i] >= alpha)
         tied = tied or (cmp is None and _untestable(stat, best_stat))
+        test |= reading(ev.rules, metric, cmp, stat, best_stat, separated=not tied)
         out.append((test, tied))
+    return out
+
+
+def equivalence_margin(rules: Rules, metric: Metric) -> float:
+    """The relative margin within which two means are equivalent (rules/flowchart.toml)."""
+    margins = rules.flowchart["ranking"].get("equivalence_margins", {})
+    key = metric.name if metric.name in margins else "default"
+    margin = margins.get(key)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 < margin < 1:
+        raise RulesError(
+            f"rules/flowchart.toml: [ranking] equivalence_margins.{key} must be a fraction between 0 "
+            f"and 1 (e.g. 0.01 for 1 %), not {margin!r}."
+        )
+    return float(margin)
+
+
+def reading(rules: Rules, metric: Metric, cmp, stat: Stat, versus: Stat, separated: bool) -> dict:
+    """What a comparison with the pick says: 'equivalent' (TOST: the 90 % interval of the difference within
+    ±margin of the pick's mean, even where a test separates them), 'different' (separated, and not within
+    the margin) or 'undecided', with the seeds per side that would decide it. A measure with no spread over seeds (memory) is compared exactly, without a t-test; one run
+    per configuration says nothing about the spread, so it stays undecided unless the values are equal."""
+    relative = equivalence_margin(rules, metric)
+    margin = relative * abs(versus.mean)
+    out = dict(margin=margin, margin_relative=relative, interval90=None, seeds_needed=None, exact=False)
+    if cmp is None:
+        exact = stat.predicted or versus.predicted  # predictions have no spread: their difference is exact
+        diff = abs(stat.mean - versus.mean)
+        out["exact"] = exact
+        if exact:  # inside the margin: practically no difference
+            out["reading"] = "equivalent" if diff < margin else "different"
+        else:  # one run each: no spread to tell a difference from noise, whatever the ranking separated
+            out["reading"] = "equivalent" if diff == 0 else "undecided"
+        return out
+    eq = tost(cmp.test, margin, different=separated)
+    out |= dict(interval90=list(eq.interval), seeds_needed=eq.seeds_needed, exact=cmp.test.se == 0)
+    # equivalence first: a difference shown real but inside the margin (memory's exact 0.2 %) is practically none
+    out["reading"] = "equivalent" if eq.equivalent else "different" if separated else "undecided"
     return out
 
 
@@ -325,6 +471,9 @@ def _pick_test(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]
     cmp = ev.compare(metric.name, best_cell.key, cell.key)
     out = _test_dict(cmp, runner_up["p_holm"], best_stat, stat, cell.name, runner_up["within_tolerance"])
     out["decided_by"] = runner_up.get("decided_by")
+    out |= {k: runner_up[k] for k in ("reading", "margin", "margin_relative", "seeds_needed", "exact")}
+    lo_hi = runner_up["interval90"]
+    out["interval90"] = [-lo_hi[1], -lo_hi[0]] if lo_hi else None  # the same interval, from the pick's side
     return out
 
 
@@ -453,7 +602,7 @@ def _menu_row(row) -> dict | None:
 
 
 def model_summary(fit, group: Group) -> dict:
-    """The user's model as the answer names it, and a warning when the evidence's model is far from its size."""
+    """The user's model as the answer names it (its scale against the evidence's: `scale_statement`)."""
     q = fit.question
     out = {
         "name": q.model.name,
@@ -464,17 +613,7 @@ def model_summary(fit, group: Group) -> dict:
         "batch_size": q.batch_size,
         "seq_len": q.seq_len,
         "evidence_parameters": group.n_params,
-        "warning": None,
     }
-    if group.n_params:
-        ratio = fit.n_params / group.n_params
-        if ratio >= 10 or ratio <= 0.1:
-            size = "larger" if ratio > 1 else "smaller"
-            out["warning"] = (
-                f"your model ({fit.n_params / 1e9:.3g} B parameters) is {max(ratio, 1 / ratio):.0f}x {size} than "
-                f"the evidence's {group.model} ({group.n_params / 1e9:.3g} B): rankings measured at one scale need "
-                "not hold at the other. Fit and memory are predicted for your model; the ranking is not."
-            )
     return out
 
 
@@ -538,7 +677,7 @@ def _entry(
         strategy=cell.strategy,
         metric=metric.name,
         value=stat.mean if stat else None,
-        unit=metric.unit,
+        unit=_unit(ev, metric),
         source=ev.group.source,
         seeds=stat.n if stat else cell.n_ok,
         spread=stat.spread if stat else None,
@@ -553,6 +692,12 @@ def _entry(
         failed=[f.as_dict() for f in cell.failed],
         flag=_flag(cell, metric, stat),
     )
+
+
+def _unit(ev: GroupEvidence, metric: Metric) -> str:
+    """The unit of the values ranked: the measure's own where it states one (a prediction), else the metric's."""
+    measure = ev.rules.measures.get(ev.measure(metric.name) or "")
+    return (measure.unit if measure else None) or metric.unit
 
 
 def _flag(cell: Cell, metric: Metric, stat: Stat | None) -> str | None:
@@ -585,10 +730,18 @@ def _why_none(ev: GroupEvidence, metric: Metric, answer: Answer) -> str:
 
 
 def matching_caveats(
-    rules: Rules, group: Group, metric: str, pick: Entry | None, contended: bool = False
+    rules: Rules,
+    group: Group,
+    metric: str,
+    pick: Entry | None,
+    contended: bool = False,
+    measure: str | None = None,
 ) -> list[str]:
-    """The caveats of rules/caveats.toml whose every `when` key matches this answer."""
+    """The caveats of rules/caveats.toml whose every `when` key matches this answer (the measure ranked too:
+    a caveat about the evidence's host RAM never follows an answer ranked by prediction)."""
     context = {
+        "measure": measure,
+        "predicted": measure in MEASURES_PREDICTED,
         "contended": contended,
         "source": group.kind,
         "family": group.family,

@@ -29,6 +29,8 @@ class TTest:
     difference: float  # mean of a - mean of b (paired: the mean of the per-seed differences)
     effect_size: float  # Cohen's d_z (paired) or Hedges' g (Welch); ±inf with no spread
     effect_name: str
+    se: float = math.nan  # the standard error of the difference (0: no spread on either side)
+    per_side: float = math.nan  # the runs behind each side: seeds (paired), the mean of both sides (Welch)
 
 
 def two_sided_p(t: float, dof: float) -> float:
@@ -65,7 +67,9 @@ def paired_t(n: int, sum_d: float, sum_dd: float) -> TTest | None:
     sd = math.sqrt(sample_variance(n, sum_d, sum_dd))
     t = _ratio(mean, sd / math.sqrt(n))
     p = 1.0 if mean == 0 and sd == 0 else two_sided_p(t, n - 1)
-    return TTest("paired t", n, t, float(n - 1), p, mean, _ratio(mean, sd), "Cohen's d_z")
+    return TTest(
+        "paired t", n, t, float(n - 1), p, mean, _ratio(mean, sd), "Cohen's d_z", sd / math.sqrt(n), n
+    )
 
 
 def welch_t(a: tuple[int, float, float], b: tuple[int, float, float]) -> TTest | None:
@@ -88,7 +92,62 @@ def welch_t(a: tuple[int, float, float], b: tuple[int, float, float]) -> TTest |
     p = 1.0 if diff == 0 and se2 == 0 else two_sided_p(t, dof)
     pooled = math.sqrt(((na - 1) * va + (nb - 1) * vb) / (na + nb - 2))
     g = _ratio(diff, pooled) * (1 - 3 / (4 * (na + nb) - 9))
-    return TTest("Welch t", na + nb, t, dof, p, diff, g, "Hedges' g")
+    return TTest("Welch t", na + nb, t, dof, p, diff, g, "Hedges' g", math.sqrt(se2), (na + nb) / 2)
+
+
+def t_quantile(dof: float, level: float) -> float:
+    """The `level` quantile of Student's t with `dof` degrees of freedom (scipy.special, imported here)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, level))
+
+
+MAX_SEEDS = 1000  # beyond this many seeds a comparison is called out of reach, not given a count
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided tests (TOST) of a - b against a margin ±m: equivalent when the 1 - 2α interval of the
+    difference lies inside (-m, m). With the difference test, a comparison reads 'equivalent', 'different'
+    or 'undecided'; undecided says how many seeds per side would decide it (80 % power, at the observed
+    difference and spread)."""
+
+    margin: float  # m, in the metric's unit
+    interval: tuple[float, float]  # the 1 - 2α (90 %) interval of a - b
+    equivalent: bool
+    seeds_needed: int | None  # per side, to decide at the observed difference and spread; None: decided
+
+
+def tost(test: TTest, margin: float, alpha: float = 0.05, different: bool = False) -> Equivalence:
+    """TOST of a t-test's difference against ±margin; `different`: the difference test already rejected
+    equality (then no more seeds are asked for). Zero spread (a deterministic measure) is exact: the
+    interval is the difference itself, and no t quantile is read."""
+    d, se = test.difference, test.se
+    half = 0.0 if se == 0 else t_quantile(test.dof, 1 - alpha) * se
+    lo, hi = d - half, d + half
+    equivalent = -margin < lo and hi < margin
+    needed = None
+    if not (equivalent or different) and se > 0:
+        # to show equivalence, the interval must shrink inside the margin; to show a difference, off zero
+        gap, level = (margin - abs(d), 1 - alpha) if abs(d) < margin else (abs(d), 1 - alpha / 2)
+        needed = seeds_to_decide(se * math.sqrt(test.per_side), gap, level, int(test.per_side))
+    return Equivalence(margin, (lo, hi), equivalent, needed)
+
+
+POWER = 0.8  # the chance a decision is made at the seeds asked for, if the observed values are the truth
+
+
+def seeds_to_decide(sd: float, gap: float, level: float, have: int) -> int:
+    """The fewest seeds per side n > have at which a comparison with per-seed spread `sd` decides with
+    POWER (80 %) when the truth is what was observed: (t(level) + t(POWER)) * sd / sqrt(n) < gap, n - 1
+    degrees of freedom (conservative for Welch). MAX_SEEDS + 1 when not even that many would. Holm's
+    correction over several comparisons asks for more."""
+    import numpy as np
+    from scipy.special import stdtrit
+
+    n = np.arange(max(have + 1, 2), MAX_SEEDS + 1)
+    decided = np.nonzero((stdtrit(n - 1, level) + stdtrit(n - 1, POWER)) * sd / np.sqrt(n) < gap)[0]
+    return int(n[decided[0]]) if len(decided) else MAX_SEEDS + 1
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -114,4 +173,13 @@ def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-__all__ = ["TTest", "holm", "paired_t", "relative_difference", "two_sided_p", "welch_t"]
+__all__ = [
+    "Equivalence",
+    "TTest",
+    "holm",
+    "paired_t",
+    "relative_difference",
+    "tost",
+    "two_sided_p",
+    "welch_t",
+]

@@ -22,6 +22,7 @@ COMMANDS = {
     "frontier": ("advisor.cli.answering", "frontier"),
     "flowchart": ("advisor.cli.answering", "flowchart"),
     "claims": ("advisor.cli.answering", "claims"),
+    "transfer": ("advisor.cli.answering", "transfer"),
     "fit": ("advisor.cli.fitting", "fit_command"),
     "measure": ("advisor.cli.measuring", "measure"),
     "validate": ("advisor.cli.measuring", "validate"),

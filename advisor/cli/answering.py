@@ -230,9 +230,10 @@ def flowchart(source, html, db, as_json):
 @json_option
 @domain_errors
 def claims(source, markdown_path, db, as_json):
-    """Re-check the paper's claims against the evidence: holds, does not hold, or not enough evidence.
+    """Re-check the paper's claims against the evidence: holds, does not hold, not enough evidence, or not
+    comparable (the evidence was measured under another protocol than the claim was made under).
 
-    The claims, with the paper's own numbers, are data in rules/claims.toml.
+    The claims, with the paper's own numbers and their protocol, are data in rules/claims.toml.
 
     \b
     Examples:
@@ -249,3 +250,32 @@ def claims(source, markdown_path, db, as_json):
         echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
     else:
         console().print(claims_view(verdicts))
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--arch", type=FamilyType(), help="Only this family (or an alias: vit, llama, ...).")
+@db_option
+@json_option
+@domain_errors
+def transfer(arch, db, as_json):
+    """How rankings carry across scale: the same grid measured at two model sizes, compared.
+
+    Per family and metric, Kendall's tau-b between the configurations' rankings at the smaller and the
+    larger size (1: the same order, 0: unrelated, -1: reversed), its 95 % bootstrap interval over seeds, and
+    whether the pick stayed the pick. It says how far a ranking measured on small models can be trusted
+    for a larger one: evidence groups that differ only in scale (`make reference` measures the CPU grid at
+    presets tiny and small).
+
+    \b
+    Examples:
+        advisor transfer
+        advisor transfer --arch decoder --json
+    """
+    from advisor.answers.transfer import transfers
+    from advisor.render.views import transfer_view
+
+    found = transfers(reading_kb(db, None), load_rules(), arch)
+    if as_json:
+        echo_json({"family": arch, "transfers": [t.as_dict() for t in found]})
+    else:
+        console().print(transfer_view(found, arch))

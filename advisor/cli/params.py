@@ -381,9 +381,18 @@ def evidence_options(fn):
         click.option(
             "--group",
             "group_id",
-            type=click.IntRange(min=1),
             metavar="ID",
-            help="Answer from this evidence group (its id in `advisor kb stats`, or as 'Other evidence' lists it).",
+            help="Answer from this evidence group: its id as `advisor kb stats` or 'Other evidence' lists it "
+            "('11'; 'u3' for a group of your own KB).",
+        ),
+        click.option(
+            "--evidence",
+            type=click.Choice(["matching", "mine"]),
+            default="matching",
+            show_default=True,
+            help="Which of your own runs may answer: 'matching' only where they match the question (the same "
+            "model, or the family at its scale: rules/flowchart.toml match_scale_ratio), 'mine' your runs "
+            "alone, whatever their scale.",
         ),
     )(fn)
 

@@ -18,6 +18,8 @@ Imports transformers (the user's script already has): the answer side never impo
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import resource
 import socket
@@ -196,18 +198,47 @@ def describe_run(args, model, optimizer, dataloader, model_name: str | None, rul
     return {
         **describe(device),
         "source": SOURCE,
-        "model": model_name or getattr(config, "_name_or_path", None) or model_type or "custom",
+        "model": model_identity(model_name, config),
+        "data": data_identity(getattr(dataloader, "dataset", None)),
         "family": fam.name if fam else "unknown",
         "optimizer": settings["optimizer"],
         "strategy": strategy,
         "preset": "custom",
-        "protocol": "paper",  # the user's own protocol: training loss as logged, their rate
+        "protocol": "trainer",  # the user's own protocol: their data, rate and schedule
         "seed": args.seed,
         "n_params": n_params,
         "pretrained": int(bool(getattr(config, "_name_or_path", ""))),
         "config": settings,
         "owner": None,
     }
+
+
+def model_identity(model_name: str | None, config) -> str:
+    """The model as the KB names it: the name given, else its Hub id or folder, else its type and a hash of
+    its config ('llama config 3f2a9c1b'): never a reference model's bare name, which means the family's own."""
+    path = getattr(config, "_name_or_path", None)
+    if model_name or path:
+        return model_name or path
+    if config is None:
+        return "custom model"
+    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return f"{config.model_type} config {hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def data_identity(dataset) -> str:
+    """What the run trained on: a Hugging Face dataset by name and fingerprint (the hash `datasets` keeps of
+    its content and transforms), else its class and size; '' when the Trainer had none."""
+    if dataset is None:
+        return ""
+    fingerprint = getattr(dataset, "_fingerprint", None)
+    if fingerprint:
+        name = getattr(getattr(dataset, "info", None), "dataset_name", None) or "dataset"
+        return f"{name} fingerprint:{fingerprint[:16]}"
+    try:
+        size = f" of {len(dataset)} samples"
+    except TypeError:  # an iterable dataset has no length
+        size = ""
+    return f"{type(dataset).__name__}{size} (not fingerprinted)"
 
 
 def optimizer_of(args, optimizer) -> str:

@@ -9,6 +9,9 @@ that has nothing to migrate then imports nothing beyond the standard library.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,7 +24,10 @@ MIGRATIONS_TABLE = "_sqlite_migrations"
 # `untrained`: the run ended without its held-out loss going below where it started (the fair protocol)
 STATUSES = ("ok", "oom", "diverged", "untrained", "failed", "running", "crashed")
 LEGACY_STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")  # the CHECK of 0001-0007
-PROTOCOLS = ("fair", "paper")  # measure's protocols (measure/protocol.py); runs that do not say: paper
+# How a run was measured: measure's protocols (measure/protocol.py), or a Hugging Face Trainer run of the
+# user's (AdvisorCallback: their data, rate and schedule); runs that do not say: paper
+PROTOCOLS = ("fair", "paper", "trainer")
+PROTOCOLS_0008 = ("fair", "paper")  # the CHECK of 0008-0009
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: dict[str, Migration] = {}  # name as recorded ('0001_runs_metrics_epochs') -> its function
@@ -320,7 +326,7 @@ def m0008_protocols_and_summaries(conn: sqlite3.Connection) -> None:
             settings TEXT,                     -- what the run changed from its protocol's defaults ('lr=0.01')
             uid TEXT,
             lease_until TEXT,
-            protocol TEXT NOT NULL DEFAULT 'paper' CHECK (protocol IN ({", ".join(repr(p) for p in PROTOCOLS)})),
+            protocol TEXT NOT NULL DEFAULT 'paper' CHECK (protocol IN ({", ".join(repr(p) for p in PROTOCOLS_0008)})),
             grp INTEGER REFERENCES groups (id)  -- set by advisor/store.py on every write, never by a file
         );
         INSERT INTO runs_new (id, cell_key, source, model, family, optimizer, strategy, preset, seed, hardware,
@@ -440,3 +446,45 @@ def m0009_run_data(conn: sqlite3.Connection) -> None:
         """,
     )
     summaries.rebuild(conn)
+
+
+@migration
+def m0010_trainer_protocol(conn: sqlite3.Connection) -> None:
+    """Protocol `trainer`: a Trainer run is stored as what it is, never as the paper's protocol."""
+    # runs rebuilt (SQLite cannot change a CHECK in place) from its own CREATE statement with the wider CHECK;
+    # its indexes are recreated from theirs, and the existing Trainer runs (source 'trainer') are relabelled.
+    create = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()[
+        0
+    ]
+    indexes = [
+        r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+    ]
+    old = f"CHECK (protocol IN ({', '.join(repr(p) for p in PROTOCOLS_0008)}))"
+    new = f"CHECK (protocol IN ({', '.join(repr(p) for p in PROTOCOLS)}))"
+    if old not in create:
+        raise sqlite3.DatabaseError("runs has no protocol CHECK of 0008 to widen: not an advisor KB")
+    cols = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(runs)"))
+    renamed = re.sub(
+        r'^CREATE TABLE\s+"?runs"?', "CREATE TABLE runs_new", create, count=1
+    )  # RENAME quotes it
+    conn.execute(renamed.replace(old, new))
+    conn.execute(f"INSERT INTO runs_new ({cols}) SELECT {cols} FROM runs")
+    conn.execute("DROP TABLE runs")
+    conn.execute("ALTER TABLE runs_new RENAME TO runs")
+    for sql in indexes:
+        if sql:  # an automatic index (a UNIQUE column) has none, and comes back with the table
+            conn.execute(sql)
+    conn.execute("UPDATE runs SET protocol = 'trainer' WHERE source = 'trainer'")
+    _name_trainer_models(conn)
+    summaries.rebuild(conn)
+
+
+def _name_trainer_models(conn: sqlite3.Connection) -> None:
+    """Trainer runs stored under their bare model_type ('llama', a reference model's name) get the identity
+    AdvisorCallback now gives a model built from a config: its type and a hash of that config."""
+    rows = conn.execute("SELECT id, model, config FROM runs WHERE source = 'trainer'").fetchall()
+    for run_id, model, config in rows:
+        built = json.loads(config or "{}").get("model_config")
+        if isinstance(built, dict) and not built.get("_name_or_path") and model == built.get("model_type"):
+            digest = hashlib.sha256(json.dumps(built, sort_keys=True, default=str).encode()).hexdigest()
+            conn.execute("UPDATE runs SET model = ? WHERE id = ?", [f"{model} config {digest[:8]}", run_id])

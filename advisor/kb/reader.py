@@ -33,7 +33,9 @@ class Group:
     n_runs: int
     n_seeds: int
     n_params: int | None = None  # the evidence model's size, where the runs state it
-    protocol: str = "paper"  # 'fair' (held-out loss, tuned rates) or 'paper' (training loss, fixed epochs)
+    protocol: str = (
+        "paper"  # 'fair' (held-out loss, tuned rates), 'paper' (training loss, fixed epochs) or 'trainer'
+    )
     data: str = ""  # 'generated', 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:…'; '' not stated
     id: int | None = field(default=None, compare=False)  # the KB's groups.id (local to one KB)
 
@@ -45,7 +47,7 @@ class Group:
     def label(self) -> str:
         seeds = f"{self.n_seeds} seeds" if self.n_seeds > 1 else "1 run per configuration"
         origin = "paper 2608.08961" if self.kind == "paper" else self.source
-        protocol = ", fair protocol" if self.protocol == "fair" else ""
+        protocol = {"fair": ", fair protocol", "trainer": ", a Trainer run"}.get(self.protocol, "")
         yours = "your KB: " if self.own else ""
         return (
             f"{yours}{origin}, {self.model}, {self.hardware}, preset {self.preset}{protocol}, "
@@ -56,6 +58,12 @@ class Group:
     def own(self) -> bool:
         """A group of the user's own KB, read beside the shipped one."""
         return is_users(self.id)
+
+    @property
+    def ref(self) -> str:
+        """The group's id as a person types it (`--group`): '11' in the shipped KB (or a KB read alone),
+        'u3' in the user's, read beside it."""
+        return group_ref(self.id)
 
     def as_dict(self) -> dict:
         return {
@@ -71,7 +79,7 @@ class Group:
             "parameters": self.n_params,
             "label": self.label,
             "yours": self.own,
-            "id": self.id,
+            "id": self.ref,
         }
 
 
@@ -297,6 +305,19 @@ def group_pairs(
     return out
 
 
+def group_values(conn: sqlite3.Connection, group: Group, measure: str) -> dict[tuple[str, str], list[float]]:
+    """Each configuration's per-seed values of one measure over its ok runs, as stored (a bootstrap over
+    seeds needs the values, not the sums the summaries keep; a group holds a few hundred)."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for opt, strat, value in conn.execute(
+        "SELECT r.optimizer, r.strategy, m.value FROM runs r JOIN metrics m ON m.run_id = r.id "
+        "WHERE r.grp = ? AND r.status = 'ok' AND m.name = ? ORDER BY r.optimizer, r.strategy, r.seed, r.id",
+        [_group_id(conn, group), measure],
+    ):
+        out.setdefault((opt, strat), []).append(value)
+    return out
+
+
 FIT_CHECK = (
     "fit_%"  # validations of advisor fit's predictions (bench/fit_accuracy.py), not advisor validate's
 )
@@ -475,6 +496,23 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
             f"CREATE TEMP VIEW {table} AS SELECT {', '.join(cols)} FROM main.{table} "
             f"UNION ALL SELECT {shifted} FROM user.{table}"
         )
+
+
+def group_ref(row_id: int | None) -> str | None:
+    """A group's row id as a person types it: '11', or 'u3' for the user's KB read beside the shipped one."""
+    if row_id is None:
+        return None
+    return f"u{row_id - USER_ID_OFFSET}" if is_users(row_id) else str(row_id)
+
+
+def group_id_of(ref: str) -> int | None:
+    """The row id a typed group id names ('11', 'u3'; see Group.ref), or None when it names none."""
+    text = ref.strip().lower()
+    own = text.startswith("u")
+    digits = text[1:] if own else text
+    if not digits.isdigit() or int(digits) < 1:
+        return None
+    return int(digits) + (USER_ID_OFFSET if own else 0)
 
 
 def is_users(group_or_run_id: int | None) -> bool:

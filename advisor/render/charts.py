@@ -351,18 +351,20 @@ def separation_text(pick, tie_break: str | None) -> str:
     if t is None:
         return "no other candidate" + flag
     broken = f"; tie-break: {tie_break}" if tie_break else ""
+    tied = f"tied ({t.get('reading', 'undecided')}), " if pick.tied else ""
     if t["kind"] is None:
-        return ("tied, no test" if pick.tied else t["note"] or "no test") + broken + flag
+        return (tied + "no test" if pick.tied else t["note"] or "no test") + broken + flag
     p = "p<0.001" if t["p_holm"] < 0.001 else f"p={t['p_holm']:.2g}"
-    return ("tied, " if pick.tied else "") + f"{t['kind']} {p} vs {t['versus']}" + broken + flag
+    return tied + f"{t['kind']} {p} vs {t['versus']}" + broken + flag
 
 
 def _counts_lines(summary: dict) -> list[str]:
-    """'16 of 16 paths answered, 2 tied (≈)', then how many best paths each optimizer and strategy is on."""
+    """'16 of 16 paths answered, 2 tied (≈: 1 equivalent, 1 undecided)', then how many best paths each optimizer and strategy is on."""
     opts = ", ".join(f"{k} {v}" for k, v in summary["optimizers"].items()) or "none"
     strategies = ", ".join(f"{k} {v}" for k, v in summary["strategies"].items()) or "none"
     return [
-        f"{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} tied (≈), "
+        f"{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} tied (≈: "
+        f"{summary['tied_equivalent']} equivalent, {summary['tied_undecided']} undecided), "
         f"{summary['flagged']} with a failed seed.",
         f"On best paths: {opts}; {strategies}.",
     ]

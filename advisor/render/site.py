@@ -16,10 +16,12 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from advisor.answers.claims import FAILS, HOLDS, UNKNOWN, check_all
+from advisor.answers.claims import VERDICTS, check_all
+from advisor.answers.evidence import params_text
 from advisor.answers.flowchart import BestPath, summary, walk
 from advisor.answers.frontier import frontier
 from advisor.answers.recommendation import Answer, Entry, selector_flags
+from advisor.answers.transfer import Transfer, transfers
 from advisor.errors import Error, NoEvidence
 from advisor.kb.reader import Group, group_settings, stats
 from advisor.prediction.step import CATEGORIES, n_params, step_flops, tensor_peak
@@ -74,6 +76,7 @@ def site_context(conn: sqlite3.Connection, rules: Rules, source: str | None, kb:
             "Measure some with `advisor measure`, or drop --source (see `advisor kb stats`)."
         )
     families = [family_section(conn, rules, f, paths, source) for f in dict.fromkeys(p.family for p in paths)]
+    kinds = {f["name"]: f["badge"] for f in families if f["group"]}
     flow = charts.flowchart_chart(paths, summary(paths), rules, FLOWCHART_CELL)
     verdicts = check_all(conn, source, rules)
     return dict(
@@ -86,12 +89,48 @@ def site_context(conn: sqlite3.Connection, rules: Rules, source: str | None, kb:
         summary=summary(paths),
         flowchart=Figure("flowchart", "Recommendation flowchart", charts.spec(flow)),
         tree=flowchart_tree(paths),
+        badges=kinds,
+        mixed_evidence=mixed_evidence(kinds),
         families=[f for f in families if f["group"]],
         claims=[v.as_dict() for v in verdicts],
-        claim_counts={k: sum(v.verdict == k for v in verdicts) for k in (HOLDS, FAILS, UNKNOWN)},
+        claim_counts={k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
         fit=fit_tables(conn),
+        transfers=[transfer_row(t) for t in transfers(conn, rules)],
         groups=stats(conn)["groups"],
         embed_options=charts.EMBED_OPTIONS,
+    )
+
+
+def transfer_row(t: Transfer) -> dict:
+    """One family × metric of the scale section, as the page shows it."""
+    lo, hi = t.interval
+    return dict(
+        family=t.family,
+        metric=t.metric,
+        sizes=f"{params_text(t.smaller.n_params)} → {params_text(t.larger.n_params)}",
+        configurations=t.configurations,
+        tau=f"{t.tau:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+        pick="held" if t.held else f"moved: {t.pick_smaller} → {t.pick_larger}",
+    )
+
+
+def evidence_badge(group: Group) -> str:
+    """The kind of evidence a group is, as the report marks each row: the paper's figures, the shipped
+    reference measurements, or the user's own runs."""
+    if group.own:
+        return "your runs"
+    return "paper" if group.kind == "paper" else "reference measurement"
+
+
+def mixed_evidence(badges: dict[str, str]) -> str | None:
+    """The banner of a page whose families answer from different kinds of evidence, else None."""
+    kinds = sorted(set(badges.values()))
+    if len(kinds) < 2:
+        return None
+    said = "; ".join(f"{kind}: {', '.join(f for f, k in badges.items() if k == kind)}" for kind in kinds)
+    return (
+        f"The rows below answer from different kinds of evidence ({said}): compare a row with another only "
+        "knowing that its numbers come from another scale, protocol or machine."
     )
 
 
@@ -121,6 +160,7 @@ def family_section(
     return dict(
         name=family,
         group=group,
+        badge=evidence_badge(group) if group else None,
         provenance=provenance(conn, group) if group else None,
         answers=[answer_card(a, rules) for a in answers],
         figures=frontier_figures(conn, rules, family, source) if group else [],
@@ -194,7 +234,7 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
     ).fetchall()
     software = json.loads(row[6] or "{}")
     return dict(
-        id=group.id,
+        id=group.ref,
         select=selector_flags(group),
         source=group.source,
         model=group.model + (f" ({group.n_params / 1e6:.1f} M parameters)" if group.n_params else ""),

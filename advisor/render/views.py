@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from advisor.answers.evidence import params_text
 from advisor.answers.flowchart import BestPath
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.recommendation import Answer, Entry, selector_flags
@@ -39,21 +40,45 @@ def test_brief(e: Entry) -> str:
     t = e.test
     if not t:
         return ""
+    if e.tied:
+        return f"≈ {reading_text(t)}" + ("" if t["kind"] is None else f", {fmt_p(t['p_holm'])}")
     if t["kind"] is None:
-        return "≈ no test" if e.tied else "no test"
-    return ("≈ " if e.tied else "") + fmt_p(t["p_holm"])
+        return "exact" if t.get("exact") else "no test"  # predictions: their difference is exact
+    return fmt_p(t["p_holm"])
+
+
+def reading_text(t: dict) -> str:
+    """'equivalent (±1 %)', 'undecided (7 seeds would decide)', 'different': what a tie with the pick means."""
+    if t.get("reading") == "equivalent":
+        return f"equivalent (within ±{100 * t['margin_relative']:g} %)"
+    if t.get("reading") == "undecided":
+        n = t.get("seeds_needed")
+        if n is None:
+            return "undecided (one run each: no spread to judge)"
+        return (
+            "undecided (more than 1000 seeds would decide)"
+            if n > 1000
+            else f"undecided ({n} seeds would decide)"
+        )
+    return t.get("reading") or "no test"
 
 
 def test_line(t: dict) -> str:
     """The pick against its runner-up, in one line: the test, its p-values and the effect size."""
     head = f"vs {t['versus']}: "
+    read = f"; {reading_text(t)}" if t.get("reading") else ""
+    if t.get("exact") and t["kind"] is not None:  # no spread over seeds: the difference is exact, not tested
+        return (
+            head
+            + f"exact over {t['n']} seeds (no spread), difference {_signed(t['difference'], t['relative'])}{read}"
+        )
     if t["kind"] is None:
-        return head + f"{t['note']}, difference {_signed(t['difference'], t['relative'])}"
+        return head + f"{t['note']}, difference {_signed(t['difference'], t['relative'])}{read}"
     effect = "" if t["effect_size"] is None else f", {t['effect_name']} {t['effect_size']:+.2g}"
     what = "seeds" if t["kind"] == "paired t" else "runs"
     return (
         f"{head}{t['kind']} over {t['n']} {what}, {fmt_p(t['p'])} (Holm-adjusted {t['p_holm']:.2g}), "
-        f"difference {_signed(t['difference'], t['relative'])}{effect}"
+        f"difference {_signed(t['difference'], t['relative'])}{effect}{read}"
     )
 
 
@@ -118,11 +143,20 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     if answer.disagreements:
         parts.append(_disagreements_table(answer))
     if answer.other_groups:
-        lines = [f"  {g.label}: {selector_flags(g)}" for g in answer.other_groups[:5]]
-        more = len(answer.other_groups) - 5
-        lines += [f"  and {more} more (advisor kb stats)"] if more > 0 else []
-        parts.append(Text("Other evidence (not mixed in; select with):\n" + "\n".join(lines), style="dim"))
+        parts.append(_other_evidence(answer))
     return RGroup(*parts)
+
+
+def _other_evidence(answer: Answer) -> Text:
+    """The groups not ranked, with the flags that select each; the user's own runs passed over come first, each
+    with why (they did not match the question)."""
+    passed = [g for g in answer.other_groups if g.id in answer.unmatched]
+    rest = [g for g in answer.other_groups if g.id not in answer.unmatched]
+    lines = [f"  {g.label}: passed over, {answer.unmatched[g.id]}" for g in passed[:5]]
+    lines += [f"  {g.label}: {selector_flags(g)}" for g in rest[: max(0, 5 - len(passed))]]
+    more = len(answer.other_groups) - len(lines)
+    lines += [f"  and {more} more (advisor kb stats)"] if more > 0 else []
+    return Text("Other evidence (not mixed in; select with):\n" + "\n".join(lines), style="dim")
 
 
 def menu_lines(menu: dict) -> str:
@@ -156,10 +190,14 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
     pick = answer.recommendation
     if pick:
         body.append(f"{pick.optimizer} + {pick.strategy}", style="bold green")
-        body.append(f"\n{metric.label}: {fmt(pick.value, metric.unit)}", style="bold")
+        label = f"predicted {metric.name}" if pick.predicted else metric.label
+        body.append(f"\n{label}: {fmt(pick.value, pick.unit)}", style="bold")
         if pick.stated:
             body.append(f" (stated: {pick.stated})")
         body.append(f" · {_seeds(pick)}", style="dim")
+        if pick.measured:
+            m = pick.measured
+            body.append(f" · measured on the evidence: {fmt(m['value'], m['unit'])}", style="dim")
         if pick.flag:
             body.append(f"\n{flag_text(pick)}", style="bold red")
             safe = answer.safe_alternative
@@ -178,9 +216,10 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
                 else "picked for the best mean"
             )
             n = len(answer.tied_with)
+            readings = tie_readings([e.test for e in answer.tied_with if e.test])
             body.append(
-                f"\ntied ({_tie_how(answer, rules)}) with {n} other configuration{'s' if n > 1 else ''}, "
-                f"marked ≈; {why}",
+                f"\ntied with {n} other configuration{'s' if n > 1 else ''} ({_tie_how(answer, rules)}), marked ≈: "
+                f"{readings}; {why}",
                 style="yellow",
             )
         if pick.seeds == 1 and not pick.predicted:
@@ -189,6 +228,12 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
         body.append("No recommendation", style="bold red")
         body.append(f"\n{answer.why_none}")
     body.append(f"\nEvidence: {answer.group.label}", style="cyan")
+    if answer.scale_note:
+        body.append(
+            f"\n{answer.scale_note['text']}", style="bold yellow" if answer.scale_note["warning"] else "cyan"
+        )
+        if answer.scale_note.get("transfer"):
+            body.append(f"\n{answer.scale_note['transfer']}", style="cyan")
     m = answer.model
     if m:
         where = m["accelerator"] or f"a {m['memory_gb']:g} GB budget"
@@ -199,8 +244,6 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
             "are excluded",
             style="cyan",
         )
-        if m["warning"]:
-            body.append(f"\n{m['warning']}", style="bold yellow")
     menu = answer.menu
     if menu:
         body.append("\n" + menu_lines(menu), style="magenta")
@@ -236,6 +279,29 @@ def _tie_how(answer: Answer, rules: Rules) -> str:
     return "; ".join(how)
 
 
+def tie_readings(tests: list[dict]) -> str:
+    """'1 equivalent within ±1 %, 2 undecided (up to 27 seeds per side would decide)': what the ties mean."""
+    equivalent = [t for t in tests if t.get("reading") == "equivalent"]
+    undecided = [t for t in tests if t.get("reading") == "undecided"]
+    parts = []
+    if equivalent:
+        parts.append(f"{len(equivalent)} equivalent within ±{100 * equivalent[0]['margin_relative']:g} %")
+    if undecided:
+        needs = [t["seeds_needed"] for t in undecided if t.get("seeds_needed")]
+        most = max(needs, default=0)
+        seeds = (
+            ""
+            if not needs
+            else " (over 1000 seeds per side"
+            if most > 1000
+            else f" (up to {most} seeds per side"
+        )
+        parts.append(
+            f"{len(undecided)} undecided, not shown equivalent{seeds + ' would decide)' if seeds else ''}"
+        )
+    return ", ".join(parts) or "no comparison to read"
+
+
 def _entries_table(title: str, entries: list[Entry], show_tie: bool = False) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("optimizer")
@@ -248,6 +314,9 @@ def _entries_table(title: str, entries: list[Entry], show_tie: bool = False) -> 
         evidence = Text(_seeds(e))
         if e.flag:
             evidence.append(f"\n{flag_text(e)}", style="bold red")
+        if e.measured:  # ranked by prediction: the evidence's own measurement beside it
+            m = e.measured
+            evidence.append(f"\nmeasured on the evidence: {fmt(m['value'], m['unit'])}", style="dim")
         table.add_row(e.optimizer, e.strategy, fmt(e.value, e.unit) + mark, evidence, test_brief(e))
     return table
 
@@ -344,7 +413,8 @@ def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
             )
             node.add(f"{p.metric} → [red]{why}[/red]")
     counts = Text(
-        f"\n{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} of them tied.  "
+        f"\n{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} of them tied "
+        f"({summary['tied_equivalent']} equivalent, {summary['tied_undecided']} undecided).  "
         "Optimizers on best paths: "
     )
     counts.append(_counts(summary["optimizers"], summary["optimizers_tied"]))
@@ -353,15 +423,16 @@ def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
 
 
 def _separation(pick: Entry, tie_break: str | None) -> str:
-    """How the pick stands against its runner-up: 'p=0.003 vs X', '(tied, p=0.21 vs X)', '(tied)'."""
+    """How the pick stands against its runner-up: 'p=0.003 vs X', '(tied, undecided, p=0.21 vs X)'."""
     t = pick.test
     if t is None:
         return ""
     broken = f"; tie-break: {tie_break}" if tie_break else ""
+    read = t.get("reading", "undecided")
     if t["kind"] is None:
-        return f" [yellow](tied, no test{broken})[/yellow]" if pick.tied else ""
+        return f" [yellow](tied, {read}, no test{broken})[/yellow]" if pick.tied else ""
     if pick.tied:
-        return f" [yellow](tied, {fmt_p(t['p_holm'])} vs {t['versus']}{broken})[/yellow]"
+        return f" [yellow](tied, {read}, {fmt_p(t['p_holm'])} vs {t['versus']}{broken})[/yellow]"
     decided = t.get("decided_by")
     if decided:  # practically equal on the metric (checkpointing's loss is standard's): decided by the next
         return (
@@ -444,7 +515,12 @@ def validation_view(checks: list[dict], hardware: str) -> RenderableType:
 
 
 def claims_view(verdicts) -> RenderableType:
-    style = {"holds": "green", "does not hold": "bold red", "not enough evidence": "yellow"}
+    style = {
+        "holds": "green",
+        "does not hold": "bold red",
+        "not enough evidence": "yellow",
+        "not comparable": "magenta",
+    }
     table = Table(
         title="The paper's claims, re-checked",
         title_justify="left",
@@ -461,3 +537,35 @@ def claims_view(verdicts) -> RenderableType:
     counts = ", ".join(f"{sum(v.verdict == k for v in verdicts)} {k}" for k in style)
     groups = sorted({g for v in verdicts for g in v.evidence})
     return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))
+
+
+def transfer_view(found: list, family: str | None) -> RenderableType:
+    """advisor transfer: one row per family × metric measured at two scales."""
+    if not found:
+        where = f" of the {family} family" if family else ""
+        return Text(
+            f"No evidence{where} measured at two scales: `make reference` measures the CPU grid at presets tiny "
+            "and small (groups that differ only in scale, with seeds).",
+            style="yellow",
+        )
+    table = Table(
+        title="How rankings carry across scale", title_justify="left", show_edge=False, pad_edge=False
+    )
+    for col in ("family", "metric", "parameters", "configurations", "Kendall τ-b [95 %]", "pick"):
+        table.add_column(col, justify="right" if col in ("configurations",) else "left")
+    for t in found:
+        lo, hi = t.interval
+        table.add_row(
+            t.family,
+            t.metric,
+            f"{params_text(t.smaller.n_params)} → {params_text(t.larger.n_params)}",
+            str(t.configurations),
+            f"{t.tau:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+            "[green]held[/]" if t.held else f"[yellow]{t.pick_smaller} → {t.pick_larger}[/]",
+        )
+    note = (
+        "τ-b: 1 the same order, 0 unrelated. The interval resamples each configuration's seeds (a percentile "
+        "bootstrap: with 3 seeds it is narrower than the truth); one that spans 0 means the smaller grid's order "
+        "says nothing measurable about the larger one's."
+    )
+    return RGroup(table, Text(note, style="dim"))

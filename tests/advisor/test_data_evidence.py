@@ -2,6 +2,9 @@
 answers name the data, and runs that do not say (older KBs, older files) get theirs from their provenance."""
 
 import json
+import sqlite3
+
+import pytest
 
 from advisor.answers.evidence import select_group
 from advisor.kb import store
@@ -38,7 +41,8 @@ def test_runs_on_other_data_are_other_evidence_groups_and_answers_name_the_data(
     store.write_runs(conn, [a_run(i) for i in range(2)] + [a_run(i + 2, data=mine) for i in range(2)])
     groups = {g.data: g for g in evidence_groups(conn, family="decoder")}
     assert set(groups) == {"generated", mine} and all(g.n_runs == 2 for g in groups.values())
-    chosen, others = select_group(conn, load_rules(), "decoder")
+    selection = select_group(conn, load_rules(), "decoder")
+    chosen, others = selection.group, selection.others
     assert chosen.data == mine and [g.data for g in others] == ["generated"]  # real data over generated
     assert f"data {mine}" in chosen.label and "generated data" in others[0].label
     assert chosen.as_dict()["data"] == mine
@@ -85,3 +89,36 @@ def test_a_group_label_says_what_it_trained_on():
         group.label
         == "measured, llama, cpu, preset tiny, fair protocol, generated data, 1 run per configuration"
     )
+
+
+def test_a_kb_from_before_0010_relabels_its_trainer_runs_and_takes_the_trainer_protocol(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = kb_before(path, 9)  # through 0009: a Trainer run was stored under the paper's protocol
+    built = {"model_type": "llama", "hidden_size": 64, "_name_or_path": ""}
+    for i, source in enumerate(["trainer", "measured"]):
+        db.execute(
+            "INSERT INTO runs (cell_key, source, model, family, optimizer, strategy, preset, seed, hardware, "
+            "status, config, uid, protocol, data) VALUES ('k', ?, 'llama', 'decoder', 'adam', 'standard', "
+            "'custom', 0, 'cpu', 'ok', ?, ?, 'paper', '')",
+            [source, json.dumps({"model_config": built}), f"u{i}"],
+        )
+    with pytest.raises(sqlite3.IntegrityError):  # the old CHECK
+        db.execute("UPDATE runs SET protocol = 'trainer'")
+    db.conn.commit()
+    db.conn.close()
+    conn = store.open_for_writing(path)
+    assert dict(conn.execute("SELECT source, protocol FROM runs")) == {
+        "trainer": "trainer",
+        "measured": "paper",
+    }
+    indexes = {
+        r[0]
+        for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+    }
+    assert {"runs_uid", "runs_not_ok", "runs_grp_seed"} <= indexes
+    assert {g.protocol for g in evidence_groups(conn)} == {"trainer", "paper"}
+    # a Trainer run stored under its bare model_type now carries the identity AdvisorCallback gives it
+    models = dict(conn.execute("SELECT source, model FROM runs"))
+    assert models == {"trainer": "llama config e42dd1c6", "measured": "llama"}
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE runs SET protocol = 'mine'")

@@ -409,11 +409,20 @@ def test_recommend_excludes_what_does_not_fit_and_ranks_memory_by_prediction(inv
     values = [memory["recommendation"]["value"]] + [a["value"] for a in memory["alternatives"]]
     assert values == sorted(values)
     text = invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "memory").output
-    assert (
-        "predicted (advisor fit)" in text
-        and "Your model" in text
-        and "494" not in text.split("Your model")[0]
+    flat = " ".join(text.translate(str.maketrans("│╭╮╰╯", "     ")).split())
+    assert "predicted (advisor fit)" in flat and "Your model" in flat
+    assert "Scale: the question is about 494 M parameters" in flat  # stated, with what it means for memory
+    assert "this ranking is advisor fit's prediction for the model asked about" in flat
+    time = json.loads(  # time too: the model's own predicted time per sample, the evidence's beside it
+        invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "time", "--json").output
     )
+    assert time["metric"]["measure"] == "predicted_time_per_ksample"
+    ranked = [time["recommendation"], *time["alternatives"]]
+    assert all(e["predicted"] and e["unit"] == "s/1k samples" for e in ranked)
+    assert [e["value"] for e in ranked] == sorted(e["value"] for e in ranked)
+    assert time["recommendation"]["measured"]["unit"] == "s/epoch" and not time["disagreements"]
+    assert any("Ranked by advisor fit's prediction" in c for c in time["caveats"])
+    assert not any("host (CPU) RAM" in c for c in memory["caveats"])
 
 
 def test_recommend_warns_when_the_evidence_model_is_ten_times_off(invoke, tmp_path):
@@ -434,7 +443,9 @@ def test_recommend_warns_when_the_evidence_model_is_ten_times_off(invoke, tmp_pa
     out = json.loads(
         invoke("recommend", "--model", tiny, "--memory", "8", "--source", "paper", "--json").output
     )
-    assert "smaller than the evidence's llama" in out["model"]["warning"]
+    scale = out["scale"]
+    assert scale["warning"] and "smaller)" in scale["text"] and scale["evidence"] == 1235814400
+    assert "need not hold at the other" in scale["text"] and scale["question"] == out["model"]["parameters"]
 
 
 def test_recommend_gpu_needs_a_model(invoke):

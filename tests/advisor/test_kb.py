@@ -120,8 +120,16 @@ def test_export_csv(invoke):
 def test_stats_and_runs(invoke):
     stats = json.loads(invoke("kb", "stats", "--json").output)
     assert {"source": "paper:2608.08961", "runs": 51} in stats["by_source"]
-    assert {"source": "measured", "runs": 243} in stats["by_source"]  # the reference grid
-    assert {"source": "measured:tuning", "runs": 135} in stats["by_source"]  # the rates it tried
+    inputs = Path(__file__).parents[2] / "kb" / "inputs"
+    grid = sum(
+        len(json.loads((inputs / f"measured-cpu-{p}.json").read_text())["runs"]) for p in ("tiny", "small")
+    )
+    assert {"source": "measured", "runs": grid} in stats["by_source"]  # the reference grid, both scales
+    tuning = sum(
+        len(json.loads((inputs / f"measured-cpu-{p}-tuning.json").read_text())["runs"])
+        for p in ("tiny", "small")
+    )
+    assert {"source": "measured:tuning", "runs": tuning} in stats["by_source"]  # the rates it tried
     assert set(stats["by_status"]) == {"ok", "diverged", "untrained"}  # the last two: tuning rates
     assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}
     runs = json.loads(invoke("kb", "runs", "--family", "llama", "--source", "paper", "--json").output)

@@ -82,8 +82,10 @@ def test_ties_are_reported(invoke):
     assert others and all(a["test"]["kind"] is None and not a["test"]["within_tolerance"] for a in others)
     assert out["recommendation"]["test"]["versus"] == "adagrad + accumulation"
     text = invoke("recommend", "--arch", "vlm", "--optimize", "loss").output
-    assert "within the tie tolerance; no test: one run per configuration" in " ".join(text.split())
-    assert "≈ no test" in text
+    flat = " ".join(text.translate(str.maketrans("│╭╮╰╯", "     ")).split())
+    assert "within the tie tolerance; no test: one run per configuration" in flat
+    assert "marked ≈: 1 equivalent within ±1 %" in flat  # one run each, equal values: equal, not undecided
+    assert "≈ equivalent" in text  # one run each and equal values: no test, and nothing between them
     vit = answer(invoke, "--arch", "vision", "--optimize", "time")
     assert vit["recommendation"]["tied"] and vit["tie_break"] == "loss"  # 31.74 vs 31.77 s: loss 0.07 vs 0.28
 

@@ -1,5 +1,6 @@
-"""The shipped reference measurements (kb/inputs/measured-cpu-small*.json, `make reference`) obey physics,
-and the answers they give are separated by tests, not ties (issue 10's "done when")."""
+"""The shipped reference measurements (kb/inputs/measured-cpu-*.json, `make reference`) obey physics, hold
+the grid at two scales with the fine-tuning menu's optimizers at one, and say which test decided each
+answer."""
 
 import json
 import sqlite3
@@ -7,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from ..conftest import SHIPPED_KB
+from ..conftest import RULES, SHIPPED_KB
 
 GB = 1e9
 
@@ -27,25 +28,46 @@ def per_run(*names: str) -> dict[tuple, dict[str, float]]:
     out: dict[tuple, dict[str, float]] = defaultdict(dict)
     for r in figures(
         "SELECT r.family, r.optimizer, r.strategy, r.seed, m.name, m.value FROM runs r "
-        f"JOIN metrics m ON m.run_id = r.id WHERE r.source = 'measured' AND r.status = 'ok' AND m.name IN ({marks})",
+        f"JOIN metrics m ON m.run_id = r.id WHERE r.source = 'measured' AND r.preset = 'small' AND r.status = 'ok' "
+        f"AND m.name IN ({marks})",
         *names,
     ):
         out[(r["family"], r["optimizer"], r["strategy"], r["seed"])][r["name"]] = r["value"]
     return out
 
 
+FAMILIES = {"vision", "encoder", "decoder", "vlm"}
+
+
+def grid(family: str) -> set[tuple[str, str]]:
+    """The family's grid as the rules declare it (nanoVLM: no CGD, as the paper)."""
+    fam = RULES.families[family]
+    return {(o, s) for o in fam.grid_optimizers for s in fam.grid_strategies}
+
+
+MENU = {(o, "standard") for o in ("lion_32bit", "schedule_free_adamw", "muon")} | {
+    ("adamw", "selective-checkpointing")
+}
+
+
 def test_the_reference_grid_is_the_fair_protocol_with_tuned_rates_and_three_seeds():
+    """The paper's grid at two scales (tiny and small), the menu's optimizers and selective checkpointing
+    at small: every configuration with 3 seeds, at a rate tuned on its own seed."""
     runs = figures(
-        "SELECT family, protocol, preset, count(DISTINCT seed) AS seeds, count(*) AS n, "
-        "count(DISTINCT optimizer) AS optimizers, min(json_extract(config, '$.lr_grid') IS NOT NULL) AS tuned "
-        "FROM runs WHERE source = 'measured' GROUP BY family"
+        "SELECT family, preset, optimizer, strategy, protocol, count(DISTINCT seed) AS seeds, "
+        "min(json_extract(config, '$.lr_grid') IS NOT NULL) AS tuned FROM runs WHERE source = 'measured' "
+        "GROUP BY family, preset, optimizer, strategy"
     )
-    assert {r["family"] for r in runs} == {"vision", "encoder", "decoder", "vlm"}
+    cells: dict[tuple, set] = defaultdict(set)
     for r in runs:
-        assert (r["protocol"], r["preset"], r["seeds"], r["tuned"]) == ("fair", "small", 3, 1), dict(r)
-        assert r["n"] == r["optimizers"] * 3 * 3, dict(r)  # optimizers x 3 strategies x 3 seeds
+        assert (r["protocol"], r["seeds"], r["tuned"]) == ("fair", 3, 1), dict(r)
+        cells[(r["family"], r["preset"])].add((r["optimizer"], r["strategy"]))
+    assert set(cells) == {(f, p) for f in FAMILIES for p in ("tiny", "small")}
+    for (family, preset), have in cells.items():
+        assert have == (grid(family) | MENU if preset == "small" else grid(family)), (family, preset)
     tuning = figures("SELECT count(*) AS n FROM runs WHERE source = 'measured:tuning'")[0]["n"]
-    assert tuning >= 5 * sum(r["optimizers"] for r in runs)  # five rates per optimizer and model
+    optimizers = sum(len({o for o, _ in c}) for c in cells.values())
+    assert tuning >= 5 * optimizers  # five rates or more per optimizer and model (more: a grid extended)
 
 
 def test_adams_tensor_peak_exceeds_sgds_by_its_two_state_buffers():
@@ -98,7 +120,11 @@ def test_every_measured_flowchart_path_says_which_test_decided_it(invoke):
     for p in paths:
         test = p["separated_by"]
         assert test["kind"] == "paired t" and test["n"] == 3, p
-        assert (test["p_holm"] >= 0.05) == p["tied"] or test["decided_by"], p
+        # separated from the runner-up when not tied (a tied pick may be tied with a configuration further
+        # down that no test can separate, e.g. one with a failed seed, while the runner-up is separated)
+        assert p["tied"] or test["p_holm"] < 0.05 or test["decided_by"], p
+        if test["p_holm"] >= 0.05 and not test["decided_by"]:
+            assert p["tied"], p
     memory = [p for p in paths if p["metric"] == "memory"]
     assert [(p["optimizer"], p["strategy"], p["tied"]) for p in memory] == [
         ("sgd", "checkpointing", False)

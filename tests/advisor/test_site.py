@@ -176,7 +176,26 @@ def test_frontier_html_in_a_browser(browser, invoke, tmp_path):
     assert invoke("frontier", "--arch", "vision", "--source", "measured", "--html", path).exit_code == 0
     page, problems = open_page(browser, path)
     page.wait_for_selector("#vis svg g.role-mark.mark-symbol path", timeout=30_000)
-    assert marks_per_chart(page, "#vis") == {"vis": 21}  # every configuration of ViT's reference grid
+    # every configuration of ViT's reference grid: the paper's 21 and the menu's 4
+    assert marks_per_chart(page, "#vis") == {"vis": 25}
     assert re.search(r"lower is better", page.inner_text("#vis")) or page.locator("#vis text").count() > 0
     assert problems == []
     page.close()
+
+
+def test_rows_from_different_kinds_of_evidence_are_badged_and_bannered():
+    from advisor.kb.reader import USER_ID_OFFSET, Group
+    from advisor.render.site import evidence_badge, mixed_evidence
+
+    paper = Group("paper:2608.08961", "A100", "paper", "llama", "decoder", 5, 1, id=2)
+    measured = Group("measured", "CPU", "small", "vit", "vision", 21, 3, id=9)
+    yours = Group("measured", "laptop", "custom", "x", "encoder", 4, 1, id=USER_ID_OFFSET + 1)
+    badges = {
+        "decoder": evidence_badge(paper),
+        "vision": evidence_badge(measured),
+        "encoder": evidence_badge(yours),
+    }
+    assert badges == {"decoder": "paper", "vision": "reference measurement", "encoder": "your runs"}
+    banner = mixed_evidence(badges)
+    assert "paper: decoder" in banner and "your runs: encoder" in banner
+    assert mixed_evidence({"decoder": "paper", "vision": "paper"}) is None

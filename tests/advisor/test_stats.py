@@ -6,7 +6,7 @@ import random
 import pytest
 from scipy import stats as sps
 
-from advisor.answers.stats import holm, paired_t, relative_difference, welch_t
+from advisor.answers.stats import holm, paired_t, relative_difference, tost, welch_t
 
 
 def sums(values):
@@ -106,3 +106,53 @@ def test_relative_difference():
     assert relative_difference(-0.05, 2.0) == pytest.approx(-2.5)
     assert relative_difference(0.1, -0.5) == pytest.approx(20.0)  # of |reference|
     assert relative_difference(1.0, 0.0) is None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tost_is_two_one_sided_scipy_tests(seed):
+    """Equivalent exactly when both one-sided tests reject at 5 % (scipy), and the interval is scipy's 90 %."""
+    rng = random.Random(seed)
+    n = rng.randint(3, 12)
+    d = [rng.gauss(rng.choice([0.0, 0.004, 0.02]), rng.choice([0.001, 0.01])) for _ in range(n)]
+    margin = 0.01
+    eq = tost(paired_t(*sums(d)), margin)
+    above = sps.ttest_1samp(d, -margin, alternative="greater").pvalue
+    below = sps.ttest_1samp(d, margin, alternative="less").pvalue
+    assert eq.equivalent == (above < 0.05 and below < 0.05)
+    ci = sps.ttest_1samp(d, 0).confidence_interval(0.90)
+    assert eq.interval == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert (eq.seeds_needed is None) == eq.equivalent
+
+
+def sample(n, mean, sd):
+    """n values with exactly this mean and sample standard deviation."""
+    base = [(-1.0) ** i for i in range(n - n % 2)] + [0.0] * (n % 2)
+    m = sum(base) / n
+    s = math.sqrt(sum((x - m) ** 2 for x in base) / (n - 1))
+    return [mean + sd * (x - m) / s for x in base]
+
+
+@pytest.mark.parametrize(("mean", "margin"), [(0.002, 0.01), (0.03, 0.01)])
+def test_the_seeds_it_asks_for_decide_with_80_percent_power(mean, margin):
+    """Simulated at the observed difference and spread: with the seeds asked for, equivalence (a small
+    difference) or a difference (a large one) is shown in about 80 % of repeats; with 3, far less often."""
+    first = paired_t(*sums(sample(3, mean, 0.02)))
+    eq = tost(first, margin)
+    assert not eq.equivalent and eq.seeds_needed > 3
+
+    def decided(n, rng):
+        test = paired_t(*sums([rng.gauss(mean, 0.02) for _ in range(n)]))
+        return tost(test, margin).equivalent if mean < margin else test.p < 0.05
+
+    rng = random.Random(7)
+    at = sum(decided(eq.seeds_needed, rng) for _ in range(2000)) / 2000
+    few = sum(decided(3, rng) for _ in range(2000)) / 2000
+    assert 0.75 <= at <= 0.9 and few < 0.5, (at, few)
+
+
+def test_a_measure_without_spread_is_compared_exactly():
+    exact = paired_t(*sums([0.0002, 0.0002, 0.0002]))
+    assert exact.se == 0
+    inside, outside = tost(exact, 0.001), tost(exact, 0.0001)
+    assert inside.equivalent and inside.interval == (0.0002, 0.0002) and inside.seeds_needed is None
+    assert not outside.equivalent and outside.seeds_needed is None  # nothing more seeds could change

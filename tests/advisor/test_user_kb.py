@@ -1,5 +1,5 @@
 """The user's own KB: writes never go into the package; reads see the shipped KB and the user's together,
-and answers prefer the user's own measurements and say so."""
+and answers prefer the user's own measurements where they match the question, and say so."""
 
 import json
 
@@ -17,8 +17,12 @@ def no_db(monkeypatch, tmp_path):
     return tmp_path / "xdg-data" / "advisor" / "kb.sqlite"
 
 
-def user_run(seed, optimizer, loss):
+PAPER_VIT = 85816343  # the paper's ViT-Base, as the shipped KB states it
+
+
+def user_run(seed, optimizer, loss, n_params=None):
     return dict(
+        n_params=n_params,
         source="measured",
         model="vit",
         family="vision",
@@ -49,14 +53,21 @@ def test_reads_see_the_shipped_kb_and_the_users_together(invoke, no_db):
     before = json.loads(invoke("kb", "stats", "--json").output)
     no_db.parent.mkdir(parents=True)
     db = open_for_writing(no_db)
+    small = 2723735  # the shipped CPU reference grid's small ViT: the user's runs are at its scale
     write_runs(
-        db, [user_run(s, o, loss) for s in range(3) for o, loss in (("adam", 1.0 + s / 100), ("sgd", 2.0))]
+        db,
+        [
+            user_run(s, o, loss, small)
+            for s in range(3)
+            for o, loss in (("adam", 1.0 + s / 100), ("sgd", 2.0))
+        ],
     )
     db.close()
     after = json.loads(invoke("kb", "stats", "--json").output)
     assert after["runs"] == before["runs"] + 6
     groups = {g["hardware"]: g for g in after["groups"]}
     assert groups["CPU: the user's laptop"]["yours"] and len(after["groups"]) == len(before["groups"]) + 1
+    assert groups["CPU: the user's laptop"]["id"] == "u1"  # short: typed as --group u1
     out = json.loads(invoke("recommend", "--arch", "vit", "--source", "measured", "--json").output)
     assert out["evidence"]["hardware"] == "CPU: the user's laptop" and out["evidence"]["yours"]
     assert out["evidence"]["label"].startswith("your KB: measured")
@@ -91,7 +102,12 @@ def test_a_group_is_selected_by_its_id_and_disagreeing_groups_are_shown(invoke, 
     no_db.parent.mkdir(parents=True)
     db = open_for_writing(no_db)  # the user's runs pick sgd on held-out loss, where the paper picks another
     write_runs(
-        db, [user_run(s, o, loss) for s in range(3) for o, loss in (("adam", 2.0 + s / 100), ("sgd", 1.0))]
+        db,
+        [
+            user_run(s, o, loss, PAPER_VIT)
+            for s in range(3)
+            for o, loss in (("adam", 2.0 + s / 100), ("sgd", 1.0))
+        ],
     )
     db.close()
     out = json.loads(invoke("recommend", "--arch", "vit", "--json").output)
@@ -105,7 +121,83 @@ def test_a_group_is_selected_by_its_id_and_disagreeing_groups_are_shown(invoke, 
     assert "Other evidence picks differently" in text and f"--group {paper['id']}" in text
     none = invoke("recommend", "--arch", "vit", "--hardware", "CPU: nowhere")
     assert none.exit_code == 1 and "matching --hardware CPU: nowhere" in " ".join(none.output.split())
-    assert invoke("recommend", "--arch", "vit", "--group", "0").exit_code == 2
+    for bad in ("0", "u", "x3", "-1"):
+        wrong = invoke("recommend", "--arch", "vit", "--group", bad)
+        assert wrong.exit_code == 2 and "is not a group id" in wrong.output, bad
+
+
+def smoke_run(seed, optimizer, loss, model="vit"):
+    """A seconds-long run of a 0.1 M-parameter model: what a user tries first."""
+    return user_run(seed, optimizer, loss, 120_000) | dict(model=model)
+
+
+ASKED = (
+    ("recommend", "--arch", "vit"),
+    ("recommend", "--arch", "vit", "--source", "measured"),
+    ("recommend", "--model", "vit", "--optimize", "time"),
+)
+
+
+def test_a_smoke_run_never_becomes_the_default_answer(invoke, no_db):
+    before = {args: json.loads(invoke(*args, "--json").output) for args in ASKED}
+    claims = json.loads(invoke("claims", "--json").output)
+    flowchart = json.loads(invoke("flowchart", "--json").output)
+    no_db.parent.mkdir(parents=True)
+    db = open_for_writing(no_db)  # it picks sgd, far off what the reference evidence says
+    write_runs(db, [smoke_run(s, o, loss) for s in range(3) for o, loss in (("adam", 9.0), ("sgd", 0.5))])
+    db.close()
+    for args, was in before.items():
+        now = json.loads(invoke(*args, "--json").output)
+        assert now["evidence"] == was["evidence"] and now["recommendation"] == was["recommendation"], args
+        mine = next(g for g in now["other_evidence"] if g["yours"])
+        assert (
+            "120 k parameters" in mine["passed_over"]
+            and "--group u1 or --evidence mine" in mine["passed_over"]
+        )
+    assert json.loads(invoke("claims", "--json").output) == claims
+    assert json.loads(invoke("flowchart", "--json").output) == flowchart
+    text = invoke("recommend", "--arch", "vit").output
+    assert "passed over, not the model asked about" in " ".join(text.split())
+    picked = json.loads(invoke("recommend", "--arch", "vit", "--evidence", "mine", "--json").output)
+    assert picked["evidence"]["yours"] and picked["recommendation"]["optimizer"] == "sgd"
+    by_id = json.loads(invoke("recommend", "--arch", "vit", "--group", "u1", "--json").output)
+    assert by_id["evidence"]["id"] == "u1"
+    bad = invoke("recommend", "--arch", "vit", "--evidence", "all")
+    assert bad.exit_code == 2 and "'matching'" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_users_own_model_is_matched_by_its_name(invoke, no_db, tmp_path):
+    """Runs of the model asked about answer for it at any scale: they are its evidence."""
+    folder = tmp_path / "my-vit"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            dict(
+                model_type="vit",
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=128,
+                image_size=32,
+                patch_size=8,
+            )
+        )
+    )
+    no_db.parent.mkdir(parents=True)
+    db = open_for_writing(no_db)
+    write_runs(
+        db,
+        [
+            smoke_run(s, o, loss, model=str(folder))
+            for s in range(3)
+            for o, loss in (("adam", 1.0), ("sgd", 2.0))
+        ],
+    )
+    db.close()
+    out = json.loads(invoke("recommend", "--model", folder, "--json").output)
+    assert out["evidence"]["yours"] and out["evidence"]["model"] == str(folder)
+    other = json.loads(invoke("recommend", "--model", "vit", "--json").output)  # the paper's ViT-Base
+    assert not other["evidence"]["yours"] and other["question_parameters"] == PAPER_VIT
 
 
 @pytest.mark.parametrize("how", ["--db", "ADVISOR_DB"])
@@ -118,3 +210,28 @@ def test_naming_the_shipped_kb_as_the_one_to_write_is_refused(invoke, tmp_path, 
         monkeypatch.setenv("ADVISOR_DB", str(SHIPPED_KB))
         result = invoke("kb", "merge", other)
     assert result.exit_code == 1 and "is the shipped KB" in result.output and "Traceback" not in result.output
+
+
+def test_a_smoke_run_of_another_source_needs_asking_for(invoke, no_db):
+    """--source narrows the kind of evidence, not the matching: a Trainer smoke run is the only trainer
+    group, and still does not answer for the family unless selected by name."""
+    no_db.parent.mkdir(parents=True)
+    db = open_for_writing(no_db)
+    runs = [
+        smoke_run(s, o, loss) | dict(source="trainer", protocol="trainer")
+        for s in range(3)
+        for o, loss in (("adam", 9.0), ("sgd", 0.5))
+    ]
+    write_runs(db, runs)
+    db.close()
+    refused = invoke("recommend", "--arch", "vit", "--source", "trainer")
+    assert refused.exit_code == 1 and "none of your vision runs matches this question" in refused.output
+    assert "--evidence mine" in refused.output and "Traceback" not in refused.output
+    mine = json.loads(
+        invoke("recommend", "--arch", "vit", "--source", "trainer", "--evidence", "mine", "--json").output
+    )
+    assert mine["evidence"]["source"] == "trainer"
+    default = json.loads(invoke("recommend", "--arch", "vit", "--json").output)
+    assert not any(
+        d["evidence"]["yours"] for d in default["disagreements"]
+    )  # passed over: not a disagreement

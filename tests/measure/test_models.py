@@ -5,6 +5,7 @@ import sqlite3
 
 import pytest
 
+from advisor.model_ref import resolve_model
 from measure.models import build_model
 
 from ..conftest import RULES, ref
@@ -80,9 +81,13 @@ def test_local_folder_model_trains_and_records_weights(tmp_path, invoke, with_we
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"][0]["status"] == "ok"
     row = (
-        sqlite3.connect(db).execute("SELECT family, preset, pretrained, n_params, model FROM runs").fetchone()
+        sqlite3.connect(db)
+        .execute("SELECT family, preset, pretrained, n_params, model, config FROM runs")
+        .fetchone()
     )
     assert row[:3] == ("decoder", "custom", int(with_weights)) and row[3] > 0 and row[4] == str(folder)
+    # its identity: the name given, its size, and its config's hash (never a reference model's name)
+    assert json.loads(row[5])["model_config_hash"] == resolve_model(str(folder), RULES).config_hash
 
 
 def test_a_config_without_architectures_builds(tmp_path, invoke):

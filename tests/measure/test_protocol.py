@@ -167,3 +167,54 @@ def test_the_paper_protocol_runs_cgd_as_the_paper_did():
     paper_vit = replace(TINY, protocol="paper", preset="paper", model="vit").resolved()
     assert paper_vit.lr == 3e-4  # the paper's one rate per model, under its protocol only
     assert replace(TINY, preset="paper", model="vit", optimizer="sgd").resolved().lr == 0.1
+
+
+def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_inside(tmp_path):
+    """--tune-lr on a held-out loss whose best rate lies two grid steps above the top of the grid: the grid
+    grows a step at a time past that edge, and the rate chosen is inside what was tried."""
+    import math
+
+    from advisor.kb import store
+    from measure.config import GridCell
+    from measure.hardware import describe, resolve_device
+    from measure.runner import TUNING_SOURCE
+    from measure.tuning import rates, tune, tuning_key
+
+    db = tmp_path / "tuning.sqlite"
+    store.open_for_writing(db).close()
+    cell = GridCell(RunConfig(model="llama", preset="tiny", optimizer="sgd", device="cpu"), ref("llama"))
+    top = max(rates(tuning_key(cell.config, RULES), RULES))
+    best = top * 10  # two half-decade steps beyond the grid
+    tried = []
+
+    def fake_run(cells):  # the tuning runs, as the grid runner would store them (a loss curve in log rate)
+        conn = store.open_for_writing(db)
+        runs = []
+        for c in cells:
+            cfg = replace(c.config.resolved(), device=resolve_device(c.config.device))
+            tried.append(cfg.lr)
+            loss = 1.0 + (math.log10(cfg.lr) - math.log10(best)) ** 2
+            runs.append(
+                dict(
+                    source=TUNING_SOURCE,
+                    cell_key=cfg.cell_key(),
+                    model="llama",
+                    family="decoder",
+                    optimizer="sgd",
+                    strategy="standard",
+                    preset="tiny",
+                    seed=cfg.seed,
+                    protocol="fair",
+                    hardware=describe(cfg.device)["hardware"],
+                    status="ok",
+                    config={"lr": cfg.lr},
+                    metrics=[dict(name="eval_loss", value=loss, unit="nats/target")],
+                )
+            )
+        store.write_runs(conn, runs)
+        conn.close()
+
+    (tuned_cell,), (chosen,) = tune([cell], db, fake_run, RULES)
+    assert len(tried) == 5 + 3  # the grid, two steps up to the best, and one past it to see it is
+    assert chosen.lr == pytest.approx(best, rel=0.01) and not chosen.at_edge
+    assert tuned_cell.config.lr == chosen.lr and max(tuned_cell.config.lr_grid) > chosen.lr

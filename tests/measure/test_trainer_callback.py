@@ -83,6 +83,10 @@ def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
     config = json.loads(first["config"])
     assert first["source"] == "trainer" and first["n_params"] > 0 and first["hardware"].startswith("CPU")
     assert config["seq_len"] == 16 and config["batch_size"] == 8 and config["dtype"] == "fp32"
+    # its own identity, never the reference model's name: the same config is the same model, another is not
+    assert first["model"].startswith("llama config ") and first["model"] == stored[1]["model"]
+    assert stored[2]["model"].startswith("vit config ") and first["protocol"] == "trainer"
+    assert first["data"] == "Texts of 32 samples (not fingerprinted)"
     conn = sqlite3.connect(db)
     figures = dict(conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [first["id"]]).fetchall())
     epochs = conn.execute("SELECT count(*) FROM epochs WHERE run_id = ?", [first["id"]]).fetchone()[0]
@@ -138,3 +142,17 @@ def test_a_run_that_raises_is_recorded_crashed(tmp_path):
     callback._end_unfinished()
     (run,) = runs(db)
     assert run["status"] == "oom" and "out of memory" in run["error"]
+
+
+def test_a_hugging_face_dataset_is_named_by_its_fingerprint_and_a_config_by_its_hash():
+    from advisor.integrations.transformers import data_identity, model_identity
+
+    datasets = pytest.importorskip("datasets")
+    data = datasets.Dataset.from_dict({"text": ["a", "b"]})
+    assert data_identity(data) == f"dataset fingerprint:{data._fingerprint[:16]}"
+    assert data_identity(data.map(lambda r: {"text": r["text"] * 2})) != data_identity(data)
+    assert data_identity(iter([])) == "list_iterator (not fingerprinted)" and data_identity(None) == ""
+    small, other = transformers.LlamaConfig(hidden_size=64), transformers.LlamaConfig(hidden_size=128)
+    assert model_identity(None, small) != model_identity(None, other)
+    assert model_identity(None, small).startswith("llama config ")
+    assert model_identity("my-llama", small) == "my-llama"

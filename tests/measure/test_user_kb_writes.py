@@ -42,6 +42,12 @@ def test_measure_and_validate_write_the_users_kb_never_the_package(invoke, monke
     assert conn.execute("SELECT count(*) FROM validations").fetchone()[0] > 0
     conn.close()
     out = json.loads(invoke("recommend", "--arch", "llama", "--source", "measured", "--json").output)
+    assert not out["evidence"]["yours"]  # a tiny grid is a smoke run: listed, never the default answer
+    mine = next(g for g in out["other_evidence"] if g["yours"])
+    assert mine["preset"] == "tiny" and "--evidence mine" in mine["passed_over"]
+    out = json.loads(
+        invoke("recommend", "--arch", "llama", "--source", "measured", "--evidence", "mine", "--json").output
+    )
     assert out["evidence"]["yours"] and out["evidence"]["preset"] == "tiny"
     assert out["evidence"]["label"].startswith("your KB: measured")
     assert out["validation"]  # validated on this hardware: the user's validation, read beside the shipped KB

@@ -1,0 +1,90 @@
+"""The fine-tuning menu's measured evidence in the shipped CPU reference grid (preset small, 3 seeds, tuned
+rates): each menu configuration against AdamW + standard in the same group, on held-out loss, epoch time
+and tensor peak, with the paired test the answers use. Prints a table; `--out FILE` writes the JSON.
+
+    python bench/menu_evidence.py --out bench/results/menu-evidence-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from importlib.metadata import version
+
+from advisor.answers.evidence import GroupEvidence, select_group
+from advisor.answers.recommendation import equivalence_margin, reading
+from advisor.kb.reader import open_for_reading
+from advisor.rules import load_rules
+
+BASE = ("adamw", "standard")
+MENU = [
+    ("lion_32bit", "standard"),
+    ("schedule_free_adamw", "standard"),
+    ("muon", "standard"),
+    ("adamw", "selective-checkpointing"),
+]
+METRICS = ("loss", "time", "memory")
+
+
+def compare(ev: GroupEvidence, rules, key: tuple[str, str]) -> dict:
+    out = {}
+    for name in METRICS:
+        metric = rules.metric(name)
+        a, b = ev.stats(name).get(key), ev.stats(name).get(BASE)
+        if a is None or b is None:
+            continue
+        cmp = ev.compare(name, key, BASE)
+        separated = cmp is not None and cmp.test.p < rules.flowchart["ranking"]["alpha"]
+        read = reading(rules, metric, cmp, a, b, separated)
+        out[name] = dict(
+            value=a.mean,
+            adamw=b.mean,
+            relative=100 * (a.mean - b.mean) / b.mean,
+            p=cmp.test.p if cmp else None,
+            reading=read["reading"],
+            seeds_needed=read["seeds_needed"],
+            margin_relative=equivalence_margin(rules, metric),
+            measure=ev.measure(name),
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the JSON here")
+    args = parser.parse_args()
+    rules, conn = load_rules(), open_for_reading(None)
+    rows = []
+    for family in ("vision", "encoder", "decoder", "vlm"):
+        group = select_group(conn, rules, family, source="measured").group
+        ev = GroupEvidence(conn, group, rules)
+        for key in MENU:
+            rows.append(
+                dict(
+                    family=family,
+                    optimizer=key[0],
+                    strategy=key[1],
+                    group=group.label,
+                    **compare(ev, rules, key),
+                )
+            )
+    for r in rows:
+        cells = [f"{r['family']:8} {r['optimizer']:20} {r['strategy']:24}"]
+        for name in METRICS:
+            m = r.get(name)
+            cells.append(f"{name} {m['relative']:+6.1f}% {m['reading']:10}" if m else f"{name} —")
+        print("  ".join(cells))
+    if args.out:
+        payload = dict(
+            note="each menu configuration against AdamW + standard, same group; relative = (menu - adamw) / adamw",
+            machine=platform.processor() or platform.machine(),
+            versions={p: version(p) for p in ("advisor", "torch", "transformers")},
+            rows=rows,
+        )
+        with open(args.out, "w") as f:
+            json.dump(payload, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
