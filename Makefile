@@ -45,7 +45,8 @@ kb: setup
 # The CPU reference grid, three parts into two KBs, then exported into kb/inputs/ and the shipped KB rebuilt:
 #   reference-small  the paper's grid at preset small, 3 seeds, rates tuned (about 90 min on 2 cores)
 #   reference-menu   the fine-tuning menu's optimizers (Lion, schedule-free AdamW, Muon) and selective
-#                    checkpointing against the same group's AdamW, rates tuned; without a REF_DB it starts from
+#                    checkpointing against the same group's AdamW, and accumulation at equal samples (the arm
+#                    that tells its effect from its data budget), rates tuned; without a REF_DB it starts from
 #                    the shipped small grid (kb/inputs), so it measures only what is new
 #   reference-tiny   the same grid at preset tiny: the second scale `advisor transfer` compares
 # `make reference` runs all three and says its wall time.
@@ -68,6 +69,7 @@ reference-menu: setup
 		$(BIN)/advisor kb import kb/inputs/measured-cpu-small-tuning.json --db $(REF_DB); }
 	$(REF) --preset small $(MENU_OPTIMIZERS) --strategy standard --db $(REF_DB)
 	$(REF) --preset small --optimizer adamw --strategy selective-checkpointing --db $(REF_DB)
+	$(REF) --preset small --strategy accumulation-equal-samples --db $(REF_DB)
 
 reference-tiny: setup
 	mkdir -p build

@@ -109,6 +109,7 @@ class Rules:
     caveats: list[dict]
     optimizers: tuple[str, ...]
     strategies: tuple[str, ...]
+    arms: dict[str, str]  # a measured arm -> the strategy it is in memory and speed (families.toml `arms`)
     presets: tuple[str, ...]
     accelerators: dict[str, Accelerator]
     fit: dict  # rules/fit.toml: headroom, overheads, default utilization, each with its source
@@ -200,6 +201,7 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
         caveats=raw["caveats"].get("caveats", []),
         optimizers=tuple(optimizers),
         strategies=tuple(raw["families"]["strategies"]),
+        arms=_arms(raw["families"]),
         presets=tuple(raw["families"]["presets"]),
         accelerators=_accelerators(raw["hardware"]),
         fit=raw["fit"],
@@ -277,6 +279,19 @@ def _families(raw: dict, optimizers: tuple[str, ...]) -> dict[str, FamilyRecord]
         if unknown:
             raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")
     return out
+
+
+def _arms(raw: dict) -> dict[str, str]:
+    """families.toml `arms`: each a strategy of the list, standing for another strategy of the list."""
+    arms = raw.get("arms", {})
+    if not isinstance(arms, dict):
+        raise RulesError("families.toml: arms must be a table of strategy = the strategy it is measured as.")
+    for arm, base in arms.items():
+        if arm not in raw["strategies"] or base not in raw["strategies"] or arm == base:
+            raise RulesError(
+                f"families.toml: arms.{arm} = {base!r} must name two different strategies of `strategies`."
+            )
+    return dict(arms)
 
 
 def extended(base: dict, user: dict) -> dict:

@@ -1,6 +1,8 @@
 """The fine-tuning menu's measured evidence in the shipped CPU reference grid (preset small, 3 seeds, tuned
 rates): each menu configuration against AdamW + standard in the same group, on held-out loss, epoch time
-and tensor peak, with the paired test the answers use. Prints a table; `--out FILE` writes the JSON.
+and tensor peak, with the paired test the answers use; and accumulation at equal updates (the fair
+protocol's) and at equal samples against a plain step, per optimizer, on held-out loss: what the data
+budget, not accumulation, buys. Prints tables; `--out FILE` writes the JSON.
 
     python bench/menu_evidence.py --out bench/results/menu-evidence-cpu.json
 """
@@ -18,6 +20,7 @@ from advisor.kb.reader import open_for_reading
 from advisor.rules import load_rules
 
 BASE = ("adamw", "standard")
+ARMS = ("accumulation", "accumulation-equal-samples")  # against standard, same optimizer
 MENU = [
     ("lion_32bit", "standard"),
     ("schedule_free_adamw", "standard"),
@@ -27,14 +30,14 @@ MENU = [
 METRICS = ("loss", "time", "memory")
 
 
-def compare(ev: GroupEvidence, rules, key: tuple[str, str]) -> dict:
+def compare(ev: GroupEvidence, rules, key: tuple[str, str], base=BASE, metrics=METRICS) -> dict:
     out = {}
-    for name in METRICS:
+    for name in metrics:
         metric = rules.metric(name)
-        a, b = ev.stats(name).get(key), ev.stats(name).get(BASE)
+        a, b = ev.stats(name).get(key), ev.stats(name).get(base)
         if a is None or b is None:
             continue
-        cmp = ev.compare(name, key, BASE)
+        cmp = ev.compare(name, key, base)
         separated = cmp is not None and cmp.test.p < rules.flowchart["ranking"]["alpha"]
         read = reading(rules, metric, cmp, a, b, separated)
         out[name] = dict(
@@ -55,7 +58,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the JSON here")
     args = parser.parse_args()
     rules, conn = load_rules(), open_for_reading(None)
-    rows = []
+    rows, budget = [], []
     for family in ("vision", "encoder", "decoder", "vlm"):
         group = select_group(conn, rules, family, source="measured").group
         ev = GroupEvidence(conn, group, rules)
@@ -69,11 +72,21 @@ def main() -> None:
                     **compare(ev, rules, key),
                 )
             )
+        for opt in rules.families[family].grid_optimizers:
+            arms = {a: compare(ev, rules, (opt, a), (opt, "standard"), ("loss",)).get("loss") for a in ARMS}
+            budget.append(dict(family=family, optimizer=opt, **arms))
     for r in rows:
         cells = [f"{r['family']:8} {r['optimizer']:20} {r['strategy']:24}"]
         for name in METRICS:
             m = r.get(name)
             cells.append(f"{name} {m['relative']:+6.1f}% {m['reading']:10}" if m else f"{name} —")
+        print("  ".join(cells))
+    print(
+        "\nheld-out loss against standard, same optimizer: accumulation at equal updates | at equal samples"
+    )
+    for b in budget:
+        cells = [f"{b['family']:8} {b['optimizer']:10}"]
+        cells += [f"{m['relative']:+6.1f}% {m['reading']:10}" if (m := b.get(a)) else "—" for a in ARMS]
         print("  ".join(cells))
     if args.out:
         payload = dict(
@@ -81,6 +94,7 @@ def main() -> None:
             machine=platform.processor() or platform.machine(),
             versions={p: version(p) for p in ("advisor", "torch", "transformers")},
             rows=rows,
+            accumulation_budget=budget,
         )
         with open(args.out, "w") as f:
             json.dump(payload, f, indent=1)

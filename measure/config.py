@@ -45,6 +45,12 @@ DATA_DEFAULTS = dict(
 )
 
 
+# Strategies that step on a window of micro-batches; EQUAL_SAMPLES is accumulation at a plain step's samples
+# per epoch (k times fewer updates), the fair protocol's arm that separates accumulation from its data budget.
+EQUAL_SAMPLES = "accumulation-equal-samples"
+ACCUMULATING = ("accumulation", "checkpointing+accumulation", EQUAL_SAMPLES)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model: str = "vit"  # vit | modernbert | llama | nanovlm | a Hugging Face id | a local folder
@@ -145,13 +151,24 @@ class RunConfig:
     @property
     def window(self) -> int:
         """Micro-batches per optimizer update."""
-        uses = self.strategy in ("accumulation", "checkpointing+accumulation")
+        uses = self.strategy in ACCUMULATING
         return self.accumulation_steps if uses else 1
+
+    @property
+    def equal_samples(self) -> bool:
+        """Whether an epoch's micro-batches are a plain step's (the paper's protocol, the equal-samples arm),
+        so that accumulation makes k times fewer updates; else (the fair protocol) its updates are."""
+        return self.protocol != "fair" or self.strategy == EQUAL_SAMPLES
+
+    @property
+    def drops_micro_batches(self) -> bool:
+        """Whether equal samples would leave a partial window at the end of an epoch (resolved configs)."""
+        return self.equal_samples and self.steps_per_epoch % self.window != 0
 
     @property
     def updates_per_epoch(self) -> int:
         """Optimizer updates per epoch (resolved configs): equal for every strategy under the fair protocol."""
-        return self.steps_per_epoch if self.protocol == "fair" else self.steps_per_epoch // self.window
+        return self.steps_per_epoch // self.window if self.equal_samples else self.steps_per_epoch
 
     @property
     def train_examples(self) -> int:

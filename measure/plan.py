@@ -211,9 +211,8 @@ def _fit_rows(cells: list[GridCell], acc, rules: Rules, cache) -> dict[tuple, ob
     groups: dict[tuple, tuple[GridCell, set[tuple[str, str]]]] = {}
     for cell in cells:
         cfg = cell.config.resolved()
-        groups.setdefault(_shape(cfg), (GridCell(cfg, cell.model), set()))[1].add(
-            (cfg.optimizer, cfg.strategy)
-        )
+        strategy = rules.arms.get(cfg.strategy, cfg.strategy)  # a measured arm steps as its strategy does
+        groups.setdefault(_shape(cfg), (GridCell(cfg, cell.model), set()))[1].add((cfg.optimizer, strategy))
     rows: dict[tuple, object] = {}
     for shape, (cell, pairs) in groups.items():
         model, options = _fit_question(cell, pairs, rules)
@@ -222,6 +221,8 @@ def _fit_rows(cells: list[GridCell], acc, rules: Rules, cache) -> dict[tuple, ob
         except FitError as e:
             raise InputError(f"cannot plan {cell.config.model}: {e}", "--model") from e
         rows.update({(*shape, r.optimizer, r.strategy): (r, answer.mfu) for r in answer.rows})
+    for arm, base in rules.arms.items():
+        rows |= {(*k[:-1], arm): v for k, v in list(rows.items()) if k[-1] == base}
     return rows
 
 

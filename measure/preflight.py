@@ -39,7 +39,8 @@ def _prediction(cell: GridCell, rules: Rules) -> dict:
         config, fam, shape = user_config(cell.model, rules)
         seq = shape.seq_len if cell.model.family.takes_text else None
         spec = Spec(config, fam, seq, shape.image_size, "fp32", cfg.device)
-        _PREDICTED[key] = predict(spec, [cfg.optimizer], [cfg.strategy])[(cfg.optimizer, cfg.strategy)]
+        strategy = rules.arms.get(cfg.strategy, cfg.strategy)  # a measured arm steps as its strategy does
+        _PREDICTED[key] = predict(spec, [cfg.optimizer], [strategy])[(cfg.optimizer, strategy)]
     return _PREDICTED[key]
 
 

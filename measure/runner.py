@@ -118,7 +118,7 @@ def plan_grid(
     ]
     for cell in cells:
         r = cell.config.resolved()
-        if r.protocol == "paper" and r.steps_per_epoch % r.window:
+        if r.drops_micro_batches:
             raise InputError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
                 f"{r.accumulation_steps}: accumulation would drop micro-batches.",

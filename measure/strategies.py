@@ -24,6 +24,7 @@ STRATEGIES = (
     "accumulation",
     "checkpointing+accumulation",
     "selective-checkpointing",
+    "accumulation-equal-samples",  # accumulation at a plain step's samples per epoch (config.updates_per_epoch)
 )
 # Selective checkpointing saves what is costly to recompute, the matrix products and attention (as
 # torchtitan's per-op policy does), and recomputes the rest (norms, activations, elementwise products).

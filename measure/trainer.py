@@ -168,7 +168,7 @@ class Trainer:
     def train(self) -> None:
         """Set up, then train every epoch; raises Diverged, Untrained, OutOfMemory or what the cell raised."""
         cfg = self.cfg
-        if cfg.protocol == "paper" and cfg.steps_per_epoch % self.window:
+        if cfg.drops_micro_batches:
             raise ValueError(
                 f"steps per epoch ({cfg.steps_per_epoch}) must be a multiple of the accumulation "
                 f"steps ({self.window})"

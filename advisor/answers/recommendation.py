@@ -198,7 +198,7 @@ def _answer(
     if c.fit is not None and metric in PREDICTED:  # ranked by prediction: a group of its own
         ev = GroupEvidence(conn, group, rules)
         measure, value = PREDICTED[metric]
-        rows = full_rows(c.fit).items()
+        rows = full_rows(c.fit, rules).items()
         ev.use_prediction(metric, measure, {k: v for k, r in rows if (v := value(r)) is not None})
     else:
         cache = {} if evidence is None else evidence
@@ -513,7 +513,7 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bo
     if c.strategies and cell.strategy not in c.strategies:
         return f"not in --strategy {', '.join(c.strategies)}"
     if c.fit is not None:
-        row = full_rows(c.fit).get((cell.optimizer, cell.strategy))
+        row = full_rows(c.fit, ev.rules).get((cell.optimizer, cell.strategy))
         if row is not None and not row.fits:
             q = c.fit.question
             where = q.accelerator.name if q.accelerator else "the --memory budget"
@@ -550,13 +550,16 @@ def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
     return False
 
 
-def full_rows(fit) -> dict[tuple[str, str], object]:
+def full_rows(fit, rules: Rules) -> dict[tuple[str, str], object]:
     """(optimizer, strategy) -> the best-ranked prediction of full fine-tuning without offload: what a cell of
-    the KB, which trained every weight on the accelerator, is."""
+    the KB, which trained every weight on the accelerator, is. A measured arm (rules' `arms`) is predicted as
+    the strategy it stands for: the same step, another data budget."""
     out: dict[tuple[str, str], object] = {}
     for r in fit.rows:  # ranked
         if r.adapter.kind == "full" and r.offload == "none":
             out.setdefault((r.optimizer, r.strategy), r)
+    for arm, base in rules.arms.items():
+        out |= {(o, arm): r for (o, s), r in list(out.items()) if s == base}
     return out
 
 

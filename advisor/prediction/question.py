@@ -291,7 +291,7 @@ class Menu:
                 f"{sharding}: selective checkpointing and accumulation on request (--strategy)"
             )
             return tuple(s for s in self.rules.strategies if s in SHARDED_STRATEGIES)
-        return self.rules.strategies
+        return tuple(s for s in self.rules.strategies if s not in self.rules.arms)
 
 
 def refused(sharding: str, adapter: str, dtype: str, optimizer: str, rules: Rules) -> str | None:
@@ -448,6 +448,13 @@ def _check_names(options: FitOptions, rules: Rules) -> None:
         (options.shardings, SHARDINGS, "--sharding"),
         ((options.attention,), ATTENTIONS, "--attention"),
     ):
+        for name in names if flag == "--strategy" else ():
+            if name in rules.arms:
+                raise InputError(
+                    f"--strategy {name} is a measured arm of {rules.arms[name]} (the same step, another data "
+                    f"budget): for memory and speed ask for --strategy {rules.arms[name]}.",
+                    "--strategy",
+                )
         for name in names:
             if name not in known:
                 raise InputError(f"unknown {flag[2:]} {name!r}. Choose from: {', '.join(known)}.", flag)

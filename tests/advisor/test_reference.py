@@ -51,8 +51,9 @@ MENU = {(o, "standard") for o in ("lion_32bit", "schedule_free_adamw", "muon")} 
 
 
 def test_the_reference_grid_is_the_fair_protocol_with_tuned_rates_and_three_seeds():
-    """The paper's grid at two scales (tiny and small), the menu's optimizers and selective checkpointing
-    at small: every configuration with 3 seeds, at a rate tuned on its own seed."""
+    """The paper's grid at two scales (tiny and small), the menu's optimizers, selective checkpointing and
+    accumulation at equal samples at small: every configuration with 3 seeds, at a rate tuned on its own
+    seed."""
     runs = figures(
         "SELECT family, preset, optimizer, strategy, protocol, count(DISTINCT seed) AS seeds, "
         "min(json_extract(config, '$.lr_grid') IS NOT NULL) AS tuned FROM runs WHERE source = 'measured' "
@@ -64,7 +65,8 @@ def test_the_reference_grid_is_the_fair_protocol_with_tuned_rates_and_three_seed
         cells[(r["family"], r["preset"])].add((r["optimizer"], r["strategy"]))
     assert set(cells) == {(f, p) for f in FAMILIES for p in ("tiny", "small")}
     for (family, preset), have in cells.items():
-        assert have == (grid(family) | MENU if preset == "small" else grid(family)), (family, preset)
+        arm = {(o, "accumulation-equal-samples") for o, _ in grid(family)}  # accumulation at equal samples
+        assert have == (grid(family) | MENU | arm if preset == "small" else grid(family)), (family, preset)
     tuning = figures("SELECT count(*) AS n FROM runs WHERE source = 'measured:tuning'")[0]["n"]
     optimizers = sum(len({o for o, _ in c}) for c in cells.values())
     assert tuning >= 5 * optimizers  # five rates or more per optimizer and model (more: a grid extended)
@@ -85,7 +87,7 @@ def test_adams_tensor_peak_exceeds_sgds_by_its_two_state_buffers():
         # the two buffers, and at most as much again for the step's temporaries (torch's foreach Adam)
         assert 2 * params * 0.95 <= extra <= 4 * params, (family, strategy, seed, extra / params)
         compared += 1
-    assert compared == 4 * 3 * 3  # every family, strategy and seed
+    assert compared == 4 * 4 * 3  # every family, strategy (accumulation at equal samples too) and seed
 
 
 def test_checkpointing_holds_fewer_activation_bytes_than_standard():

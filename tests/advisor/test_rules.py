@@ -121,3 +121,30 @@ def test_caveats_match_context(invoke):
     assert any(
         "Checkpointing cannot regularize" in c for c in vit["caveats"]
     )  # the pick is adagrad+checkpointing
+
+
+@pytest.mark.parametrize(
+    "arms",
+    [
+        'arms = { "accumulation-equal-samples" = "nowhere" }',
+        'arms = { "made-up" = "accumulation" }',
+        'arms = { "accumulation" = "accumulation" }',
+        'arms = "accumulation"',
+    ],
+)
+def test_a_bad_arm_is_one_sentence(tmp_path, arms):
+    custom = tmp_path / "rules"
+    shutil.copytree(shipped_rules_dir(), custom)
+    text = (custom / "families.toml").read_text()
+    assert 'arms = { "accumulation-equal-samples" = "accumulation" }' in text
+    (custom / "families.toml").write_text(
+        text.replace('arms = { "accumulation-equal-samples" = "accumulation" }', arms)
+    )
+    with pytest.raises(RulesError, match="families.toml: arms"):
+        load_rules(str(custom))
+
+
+def test_fit_refuses_a_measured_arm_and_names_its_strategy(invoke):
+    result = invoke("fit", "--model", "llama", "--memory", "80", "--strategy", "accumulation-equal-samples")
+    assert result.exit_code == 2 and "ask for --strategy accumulation" in " ".join(result.output.split())
+    assert "Traceback" not in result.output

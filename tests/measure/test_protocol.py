@@ -76,6 +76,20 @@ def test_accumulation_makes_as_many_updates_as_standard_under_the_fair_protocol(
     assert paper.epochs[0]["eval_loss"] is None and "eval_loss" not in paper.figures
 
 
+def test_accumulation_at_equal_samples_sees_a_plain_steps_data_in_k_times_fewer_updates():
+    """The arm that tells accumulation's effect from its data budget: as many micro-batches per epoch as a
+    plain step (the same samples), k times fewer updates."""
+    std = run(model="llama", optimizer="sgd", strategy="standard")
+    arm = run(model="llama", optimizer="sgd", strategy="accumulation-equal-samples", accumulation_steps=3)
+    assert [e["micro_batches"] for e in arm.epochs] == [e["micro_batches"] for e in std.epochs] == [3, 3]
+    assert [e["steps"] for e in arm.epochs] == [1, 1]
+    cfg = replace(
+        TINY, model="llama", optimizer="sgd", strategy="accumulation-equal-samples", accumulation_steps=2
+    )
+    dropped = train_cell(one_cell(cfg.resolved()), RULES)  # 3 micro-batches cannot make whole windows of 2
+    assert dropped.status == "failed" and "must be a multiple of the accumulation steps" in dropped.error
+
+
 def test_checkpointing_trains_identically_and_holds_fewer_activation_bytes():
     std = run(model="llama", optimizer="sgd", strategy="standard")
     ckpt = run(model="llama", optimizer="sgd", strategy="checkpointing")
