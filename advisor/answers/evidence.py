@@ -82,7 +82,7 @@ def select_group(
 ) -> Selection:
     """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps.
 
-    Shipped evidence is always eligible. The user's own runs answer only a question they match (`matches`):
+    Shipped evidence is always eligible. The user's own runs answer only a question they match (`mismatch`):
     one smoke run never becomes the answer for a model a thousand times its size. Sources the rules never
     answer from (`--tune-lr`'s runs, which chose the rates) count only when asked for, as a named group."""
     prefs = rules.flowchart["evidence"]

@@ -1,6 +1,6 @@
 """How rankings carry across scale: the same grid measured at two model sizes of a family (the CPU reference
 grid at presets tiny and small), and per metric the rank agreement of its configurations (Kendall's tau-b,
-with a bootstrap interval over seeds) and whether the pick stayed the pick.
+with a bootstrap interval over configurations and seeds) and whether the pick stayed the pick.
 
 The honest answer to "does a grid of 4 M-parameter models tell me anything about my 8 B model?": it says how
 well a ranking moved from one scale to the next one measured, which is all the evidence can say.
