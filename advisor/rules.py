@@ -192,6 +192,7 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
     if missing:
         raise RulesError(f"flowchart.toml walks undefined metrics: {', '.join(missing)}")
     _check_model_types_unique(families)
+    _check_numbers(flowchart, raw["protocol"])
     return Rules(
         metrics=metrics,
         measures=measures,
@@ -279,6 +280,46 @@ def _families(raw: dict, optimizers: tuple[str, ...]) -> dict[str, FamilyRecord]
         if unknown:
             raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")
     return out
+
+
+# Numbers of the rules that answers read as they are: (file, table path, key, what a value must be, check)
+_NUMBERS = (
+    (
+        "flowchart.toml",
+        ("evidence",),
+        "match_scale_ratio",
+        "a ratio of at least 1 (e.g. 2)",
+        lambda v: v >= 1,
+    ),
+    (
+        "flowchart.toml",
+        ("evidence",),
+        "scale_warning_ratio",
+        "a ratio of at least 1 (e.g. 3)",
+        lambda v: v >= 1,
+    ),
+    (
+        "protocol.toml",
+        ("tuning",),
+        "extend",
+        "a whole number of grid steps, 0 or more (e.g. 3)",
+        lambda v: v >= 0,
+    ),
+)
+
+
+def _check_numbers(flowchart: dict, protocol: dict) -> None:
+    """Each number of _NUMBERS present and of its kind, or RulesError with a sentence that names it."""
+    files = {"flowchart.toml": flowchart, "protocol.toml": protocol}
+    for file, path, key, what, ok in _NUMBERS:
+        table = files[file]
+        for part in path:
+            table = table.get(part, {}) if isinstance(table, dict) else {}
+        value = table.get(key) if isinstance(table, dict) else None
+        whole = key == "extend"
+        kind = int if whole else int | float
+        if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
+            raise RulesError(f"rules/{file}: [{'.'.join(path)}] {key} must be {what}, not {value!r}.")
 
 
 def _arms(raw: dict) -> dict[str, str]:

@@ -148,3 +148,23 @@ def test_fit_refuses_a_measured_arm_and_names_its_strategy(invoke):
     result = invoke("fit", "--model", "llama", "--memory", "80", "--strategy", "accumulation-equal-samples")
     assert result.exit_code == 2 and "ask for --strategy accumulation" in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "bad"),
+    [
+        ("flowchart.toml", "match_scale_ratio = 2", "match_scale_ratio = 0.5"),
+        ("flowchart.toml", "match_scale_ratio = 2", 'match_scale_ratio = "two"'),
+        ("flowchart.toml", "scale_warning_ratio = 3", "scale_warning_ratio = true"),
+        ("protocol.toml", "extend = 3", "extend = -1"),
+        ("protocol.toml", "extend = 3", "extend = 1.5"),
+    ],
+)
+def test_a_bad_evidence_or_tuning_number_is_one_sentence(tmp_path, file, line, bad):
+    custom = tmp_path / "rules"
+    shutil.copytree(shipped_rules_dir(), custom)
+    text = (custom / file).read_text()
+    assert f"\n{line}\n" in text
+    (custom / file).write_text(text.replace(f"\n{line}\n", f"\n{bad}\n"))
+    with pytest.raises(RulesError, match=f"rules/{file}: .* must be"):
+        load_rules(str(custom))
