@@ -44,7 +44,7 @@ kb: setup
 # on 2 cores; run it on a quiet machine (contended runs are flagged).
 # The CPU reference grid, three parts into two KBs, then exported into kb/inputs/ and the shipped KB rebuilt:
 #   reference-small  the paper's grid at preset small, 3 seeds, rates tuned (about 90 min on 2 cores)
-#   reference-menu   the fine-tuning menu's optimizers (Lion, schedule-free AdamW, Muon) and selective
+#   reference-menu   the fine-tuning menu's optimizers (Lion, schedule-free AdamW, Muon, torchao's 8-bit AdamW) and selective
 #                    checkpointing against the same group's AdamW, and accumulation at equal samples (the arm
 #                    that tells its effect from its data budget), rates tuned; without a REF_DB it starts from
 #                    the shipped small grid (kb/inputs), so it measures only what is new
@@ -52,7 +52,7 @@ kb: setup
 # `make reference` runs all three and says its wall time.
 REF_TINY_DB ?= build/reference-tiny.sqlite
 REF = $(BIN)/advisor measure --model all --seeds 3 --tune-lr --order-seed 2026
-MENU_OPTIMIZERS = --optimizer lion_32bit --optimizer schedule_free_adamw --optimizer muon
+MENU_OPTIMIZERS = --optimizer lion_32bit --optimizer schedule_free_adamw --optimizer muon --optimizer adamw_torch_8bit
 reference: setup
 	mkdir -p build && rm -f $(REF_DB) $(REF_DB)-wal $(REF_DB)-shm $(REF_TINY_DB) $(REF_TINY_DB)-wal $(REF_TINY_DB)-shm
 	@start=$$(date +%s); \

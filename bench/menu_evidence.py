@@ -25,6 +25,7 @@ MENU = [
     ("lion_32bit", "standard"),
     ("schedule_free_adamw", "standard"),
     ("muon", "standard"),
+    ("adamw_torch_8bit", "standard"),
     ("adamw", "selective-checkpointing"),
 ]
 METRICS = ("loss", "time", "memory")

@@ -45,7 +45,7 @@ def grid(family: str) -> set[tuple[str, str]]:
     return {(o, s) for o in fam.grid_optimizers for s in fam.grid_strategies}
 
 
-MENU = {(o, "standard") for o in ("lion_32bit", "schedule_free_adamw", "muon")} | {
+MENU = {(o, "standard") for o in ("lion_32bit", "schedule_free_adamw", "muon", "adamw_torch_8bit")} | {
     ("adamw", "selective-checkpointing")
 }
 
