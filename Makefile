@@ -28,12 +28,12 @@ browser:
 		echo "Chromium could not be installed: the browser test will be skipped (fails under CI=true)."
 
 test: setup browser
-	$(BIN)/ruff check advisor measure tests bench
+	$(BIN)/ruff check advisor tests bench
 	$(BIN)/python -m pytest
 
 lint: setup
-	$(BIN)/ruff check advisor measure tests bench
-	$(BIN)/ruff format --check advisor measure tests bench
+	$(BIN)/ruff check advisor tests bench
+	$(BIN)/ruff format --check advisor tests bench
 
 kb: setup
 	$(BIN)/advisor kb build --shipped

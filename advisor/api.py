@@ -155,7 +155,9 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) ->
         tracer = None
         if cache.missing(q, rules):
             require_measure_side()
-            from measure.prediction import trace as tracer  # torch: only when the cache lacks a prediction
+            from advisor.measuring.prediction import (
+                trace as tracer,  # torch: only when the cache lacks a prediction
+            )
         return fit_answer(q, rules, cache, tracer)
     finally:
         cache.close()
@@ -167,7 +169,7 @@ def measure(*models: str | ResolvedModel, say=lambda line: None, reporter=None, 
     `epochs`, `lr`, `dtype`, `protocol`, ...; and `optimizers`, `strategies`, `seeds`, `data`, `tune_lr`,
     `executor`, `shard`, `db`, ...). Returns what was measured (`.results`, `.as_dict()`). Needs torch."""
     require_measure_side()
-    from measure.request import request  # torch: the measurement side
+    from advisor.measuring.request import request  # torch: the measurement side
 
     rules = load_rules()
     resolved = tuple(m for name in models for m in _models(name, rules))
@@ -180,7 +182,8 @@ def require_measure_side() -> None:
     if missing:
         raise Error(
             f"the measurement side is not installed ({', '.join(missing)} missing): "
-            "pip install torch==2.13.0 -e '.[measure]'"
+            "pip install 'advisor[measure]' (on a machine without a GPU, pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu first: an unpinned torch is a multi-GB CUDA build)."
         )
 
 

@@ -6,7 +6,7 @@
     python bench/fit_accuracy.py --device cuda --cases cases.json --out results.json   # on a GPU
     python bench/fit_accuracy.py --report results.json [--db KB]  # compare; record validations in a KB
 
-- ours: `advisor fit`'s prediction (measure/prediction.py): the tensor peak, and the total with the
+- ours: `advisor fit`'s prediction (advisor/measuring/prediction.py): the tensor peak, and the total with the
   overheads of rules/fit.toml;
 - accelerate: `accelerate estimate-memory`'s "Training using Adam" for the model's parameter bytes
   (parameters only, no activations);
@@ -116,9 +116,9 @@ def spec_of(model: str, preset_or_family: str, seq: int | None, dtype: str, devi
     """A measure.prediction.Spec for a reference model at a preset, or a fixture's published config."""
     from transformers import AutoConfig
 
+    from advisor.measuring.families import family
+    from advisor.measuring.prediction import Spec
     from advisor.rules import load_rules
-    from measure.families import family
-    from measure.prediction import Spec
 
     if (FIXTURES / model).is_dir():
         fam = family(preset_or_family, load_rules())
@@ -185,8 +185,8 @@ def korthikanti(spec, n_params: int, optimizer: str, strategy: str, batch: int) 
 def cpu_bench() -> None:
     from realstep import real_step_peaks
 
+    from advisor.measuring.prediction import predict
     from advisor.prediction.step import n_params
-    from measure.prediction import predict
 
     rows = []
     for label, model, preset, seq, batch, dtypes, optimizers, strategies in CPU_CASES:
@@ -233,8 +233,8 @@ def print_table(rows: list[dict], truth: str, others=()) -> None:
 
 def prepare(path: Path) -> None:
     """advisor's predictions for the GPU cases (traced here, on the CPU), for a GPU machine to check."""
+    from advisor.measuring.prediction import predict
     from advisor.prediction.step import n_params
-    from measure.prediction import predict
 
     cases = []
     for label, model, preset, seq, batch, dtypes, optimizers, strategies in GPU_CASES:
@@ -311,8 +311,8 @@ def _id(c: dict) -> dict:
 def _cuda_group(model, preset, seq, batch, dtype, strategy, members) -> list[dict]:
     import torch
 
-    from measure.optimizers import make_optimizer
-    from measure.strategies import enable_checkpointing, uses_checkpointing
+    from advisor.measuring.optimizers import make_optimizer
+    from advisor.measuring.strategies import enable_checkpointing, uses_checkpointing
 
     spec = spec_of(model, preset, seq, dtype, "cuda")
     with torch.device("cuda"):

@@ -118,12 +118,12 @@ def deepspeed_states() -> list[dict]:
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
+    from advisor.measuring.prediction import trace
     from advisor.model_ref import resolve_model
     from advisor.prediction.question import FitOptions, question
     from advisor.prediction.sharding import zero_states
     from advisor.prediction.step import Config, n_params
     from advisor.rules import load_rules
-    from measure.prediction import trace
 
     rules = load_rules()
     model = resolve_model(str(FIXTURES / "Llama-3.1-8B"), rules)

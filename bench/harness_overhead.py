@@ -17,13 +17,13 @@ import time
 
 import torch
 
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.data import batches, load
+from advisor.measuring.monitor import Monitor
+from advisor.measuring.strategies import to_device
+from advisor.measuring.trainer import Trainer
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
-from measure.config import GridCell, RunConfig
-from measure.data import batches, load
-from measure.monitor import Monitor
-from measure.strategies import to_device
-from measure.trainer import Trainer
 
 
 def bare_step(model, optimizer, family, batch):

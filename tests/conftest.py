@@ -99,10 +99,10 @@ def rules():
 
 def cells(*configs, rules=None):
     """Run configurations as grid cells, each model resolved once (what measure.runner.plan_grid makes)."""
+    from advisor.measuring.config import GridCell
     from advisor.model_ref import resolve_model
     from advisor.places import shipped_rules_dir
     from advisor.rules import load_rules
-    from measure.config import GridCell
 
     rules = rules or load_rules(str(shipped_rules_dir()))
     return [GridCell(c, resolve_model(c.model, rules)) for c in configs]

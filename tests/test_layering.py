@@ -18,7 +18,7 @@ def test_no_upward_import_between_the_layers(monkeypatch):
 
 
 def test_no_module_imports_itself_through_another():
-    graph = grimp.build_graph("advisor", "measure", cache_dir=None)
+    graph = grimp.build_graph("advisor", cache_dir=None)
     cycles = set()
     for module in graph.modules:
         for imported in graph.find_modules_directly_imported_by(module):

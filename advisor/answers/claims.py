@@ -20,7 +20,7 @@ from advisor.rules import Rules
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
 NOT_COMPARABLE = "not comparable"  # the evidence was measured under another protocol than the claim's
 VERDICTS = (HOLDS, FAILS, UNKNOWN, NOT_COMPARABLE)
-# What each protocol holds equal, for a verdict that cannot compare two of them (measure/protocol.py).
+# What each protocol holds equal, for a verdict that cannot compare two of them (advisor/measuring/protocol.py).
 PROTOCOL_MEANS = {
     "fair": "equal optimizer updates, held-out loss, tuned rates",
     "paper": "equal micro-batches, training loss, one rate",

@@ -174,7 +174,7 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
                 f"{flag} sizes a plan: add --plan (nothing is trained).", param_hint=f"'{flag}'"
             )
     require_measure_side()
-    from measure.request import request  # torch: the measurement side
+    from advisor.measuring.request import request  # torch: the measurement side
 
     rules, asked = load_rules(), request(models, **options)
     if plan_only:
@@ -185,7 +185,7 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
 
 def run_to_the_end(asked, grid, rules):
     """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130."""
-    from measure.progress import reporter_for  # torch: the measurement side
+    from advisor.measuring.progress import reporter_for  # torch: the measurement side
 
     try:
         with reporter_for(Console(stderr=True)) as reporter:
@@ -200,7 +200,7 @@ def run_to_the_end(asked, grid, rules):
 
 
 def show_plan(plan, as_json: bool) -> None:
-    from measure.plan import plan_view  # torch: the measurement side
+    from advisor.measuring.plan import plan_view  # torch: the measurement side
 
     if as_json:
         echo_json(plan.as_dict())
@@ -210,8 +210,8 @@ def show_plan(plan, as_json: bool) -> None:
 
 def show_measured(measured, db, as_json: bool) -> None:
     """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON)."""
-    from measure.progress import summary_table  # torch: the measurement side
-    from measure.tuning import tuned_table
+    from advisor.measuring.progress import summary_table  # torch: the measurement side
+    from advisor.measuring.tuning import tuned_table
 
     if as_json:
         return echo_json(measured.as_dict())
@@ -262,7 +262,7 @@ def validate(models, preset, db, as_json):
         advisor validate --model llama --preset small --json
     """
     require_measure_side()
-    from measure.validate import validate_here  # torch: the measurement side
+    from advisor.measuring.validate import validate_here  # torch: the measurement side
 
     report = validate_here(models, preset, db, load_rules())
     if as_json:

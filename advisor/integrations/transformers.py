@@ -32,9 +32,9 @@ import torch
 from transformers import TrainerCallback
 
 from advisor.kb import lease, store
+from advisor.measuring.hardware import describe, pid_alive
 from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
-from measure.hardware import describe, pid_alive
 
 SOURCE = "trainer"
 # transformers' `optim` names -> the optimizer names of rules/families.toml (others are kept as given)

@@ -24,7 +24,7 @@ MIGRATIONS_TABLE = "_sqlite_migrations"
 # `untrained`: the run ended without its held-out loss going below where it started (the fair protocol)
 STATUSES = ("ok", "oom", "diverged", "untrained", "failed", "running", "crashed")
 LEGACY_STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")  # the CHECK of 0001-0007
-# How a run was measured: measure's protocols (measure/protocol.py), or a Hugging Face Trainer run of the
+# How a run was measured: measure's protocols (advisor/measuring/protocol.py), or a Hugging Face Trainer run of the
 # user's (AdvisorCallback: their data, rate and schedule); runs that do not say: paper
 PROTOCOLS = ("fair", "paper", "trainer")
 PROTOCOLS_0008 = ("fair", "paper")  # the CHECK of 0008-0009
@@ -401,7 +401,7 @@ def m0008_protocols_and_summaries(conn: sqlite3.Connection) -> None:
             sum_dd REAL NOT NULL,
             PRIMARY KEY (grp, measure, a_optimizer, a_strategy, b_optimizer, b_strategy)
         ) WITHOUT ROWID;
-        -- per epoch, what the fair protocol and honest measures add (measure/summary.py). From 0008 on,
+        -- per epoch, what the fair protocol and honest measures add (advisor/measuring/summary.py). From 0008 on,
         -- cpu_util is the % of the cores the run used (capped at 100), from the process's CPU time
         ALTER TABLE epochs ADD COLUMN eval_loss REAL;        -- held-out loss after the epoch
         ALTER TABLE epochs ADD COLUMN eval_accuracy REAL;    -- held-out accuracy (top-1 of the targets)

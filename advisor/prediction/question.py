@@ -268,7 +268,7 @@ class Menu:
     def _check_installed(self, name: str) -> None:
         if not installed(self.rules, name):
             package = self.rules.optimizer_info[name].package
-            raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
+            raise InputError(f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').", "--optimizer")
 
     def offloads(self, adapter: str, dtype: str, optimizer: str, sharding: str = "none") -> tuple[str, ...]:
         hostable = self.rules.optimizer_info[optimizer].offload and not self.cpu

@@ -45,7 +45,7 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
         lines.append(info.imports)
     if c.strategy == "selective-checkpointing":
         lines.append(
-            "from measure.strategies import enable_checkpointing  # torch's selective checkpointing policy"
+            "from advisor.measuring.strategies import enable_checkpointing  # torch's selective checkpointing policy"
         )
     lines.append("")
     if c.sharding == "zero3":  # made first: from_pretrained then loads each rank's partition (zero.Init)

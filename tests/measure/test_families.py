@@ -8,13 +8,13 @@ import pytest
 
 from advisor.answers.recommendation import recommend
 from advisor.kb.migrations import STATUSES
+from advisor.measuring import config, optimizers, strategies
+from advisor.measuring.config import RunConfig
+from advisor.measuring.families import UnknownFamily, family, registered
+from advisor.measuring.grid import run_grid
+from advisor.measuring.runner import plan_grid
 from advisor.places import shipped_kb_path, shipped_rules_dir
 from advisor.rules import load_rules
-from measure import config, optimizers, strategies
-from measure.config import RunConfig
-from measure.families import UnknownFamily, family, registered
-from measure.grid import run_grid
-from measure.runner import plan_grid
 
 from ..conftest import RULES, ref
 
@@ -50,7 +50,7 @@ def test_an_unknown_family_is_an_error(tmp_path):
         (custom / f.name).write_text(f.read_text())
     text = (custom / "families.toml").read_text()
     (custom / "families.toml").write_text(
-        'families.speech = { module = "measure.families.decoder", inputs = ["text"] }\n' + text
+        'families.speech = { module = "advisor.measuring.families.decoder", inputs = ["text"] }\n' + text
     )
     with pytest.raises(UnknownFamily, match="registers no family called 'speech'"):
         family("speech", load_rules(str(custom)))
@@ -58,10 +58,10 @@ def test_an_unknown_family_is_an_error(tmp_path):
 
 TOY_FAMILY = '''
 """A throw-away family for the test: GPT-2 at a tiny size, trained on the decoder family's data."""
-from measure.families import register
-from measure.families.base import Shape
-from measure.families.decoder import Decoder
-from measure.tokenizer import BYTE_VOCAB, SPECIAL_IDS
+from advisor.measuring.families import register
+from advisor.measuring.families.base import Shape
+from advisor.measuring.families.decoder import Decoder
+from advisor.measuring.tokenizer import BYTE_VOCAB, SPECIAL_IDS
 
 
 @register

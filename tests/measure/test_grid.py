@@ -17,13 +17,13 @@ import pytest
 
 from advisor.errors import KBError
 from advisor.kb.store import FINAL
+from advisor.measuring import isolation
+from advisor.measuring.config import RunConfig
+from advisor.measuring.grid import run_grid, run_order
+from advisor.measuring.hardware import pid_alive
+from advisor.measuring.progress import ForwardingReporter, Reporter, replay
 from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
-from measure import isolation
-from measure.config import RunConfig
-from measure.grid import run_grid, run_order
-from measure.hardware import pid_alive
-from measure.progress import ForwardingReporter, Reporter, replay
 
 from ..conftest import cells, grid
 from .processes import advisor, in_group, query, runs, wait_for, wait_until_ended
@@ -149,8 +149,8 @@ FAULTY_FAMILY = '''
 import os
 
 from advisor.errors import KBError
-from measure.families import register
-from measure.families.decoder import Decoder
+from advisor.measuring.families import register
+from advisor.measuring.families.decoder import Decoder
 
 
 @register

@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoConfig
 
+from advisor.measuring.families import family
+from advisor.measuring.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
 from advisor.prediction.step import Adapter, host_bytes, n_params, step_flops, tensor_peak, trainable
-from measure.families import family
-from measure.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
 
 from ..conftest import RULES
 from .realstep import real_step_peaks
@@ -228,7 +228,7 @@ def test_every_kind_of_block_is_traced_and_the_composite_equals_a_full_trace():
 
 
 def test_the_mixtral_8x7b_config_counts_its_published_parameters():
-    from measure.prediction import parameter_count
+    from advisor.measuring.prediction import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / "Mixtral-8x7B-v0.1")
     assert parameter_count(Spec(config, family("decoder", RULES), 8, None, "bf16")) == 46_702_792_704

@@ -4,7 +4,13 @@
 import pytest
 import torch
 
-from measure.optimizers import OPTIMIZERS, ConjugateGradient, make_optimizer, minimize_quadratic, quadratic
+from advisor.measuring.optimizers import (
+    OPTIMIZERS,
+    ConjugateGradient,
+    make_optimizer,
+    minimize_quadratic,
+    quadratic,
+)
 
 
 def exact_cg(params, beta="pr+"):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from measure.plan import lpt_makespan
+from advisor.measuring.plan import lpt_makespan
 
 from .processes import runs
 

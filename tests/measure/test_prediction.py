@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig
 
+from advisor.measuring.families import family
+from advisor.measuring.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
 from advisor.prediction.step import n_params, step_flops, tensor_peak
 from advisor.rules import load_rules
-from measure.families import family
-from measure.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
 
 from ..conftest import RULES
 from .realstep import real_step_peaks
@@ -97,7 +97,7 @@ def test_the_composite_of_shallow_traces_equals_a_full_trace(name):
     ],
 )
 def test_published_configs_give_published_parameter_counts(folder, name, expected):
-    from measure.prediction import parameter_count
+    from advisor.measuring.prediction import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / folder)
     assert parameter_count(Spec(config, family(name, RULES), 8, None, "bf16")) == expected

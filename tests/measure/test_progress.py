@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from measure.config import RunConfig
-from measure.progress import ForwardingReporter, PlainReporter, RichReporter, replay, reporter_for
-from measure.runner import CellResult
+from advisor.measuring.config import RunConfig
+from advisor.measuring.progress import ForwardingReporter, PlainReporter, RichReporter, replay, reporter_for
+from advisor.measuring.runner import CellResult
 
 CFG = RunConfig(model="llama", preset="tiny", optimizer="adam", epochs=2)
 

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from measure.config import RunConfig
-from measure.protocol import TargetClock, Untrained, check_trained, contended
-from measure.runner import train_cell
+from advisor.measuring.config import RunConfig
+from advisor.measuring.protocol import TargetClock, Untrained, check_trained, contended
+from advisor.measuring.runner import train_cell
 
 from ..conftest import RULES, one_cell, ref
 
@@ -34,16 +34,16 @@ def test_held_out_loss_is_evaluated_before_training_and_after_every_epoch():
 
 
 def test_the_held_out_set_is_the_same_for_every_seed_and_never_trained_on():
-    from measure.data import _generated, load_heldout
-    from measure.families import family
-    from measure.models import reference_shape
+    from advisor.measuring.data import _generated, load_heldout
+    from advisor.measuring.families import family
+    from advisor.measuring.models import reference_shape
 
     fam, shape = reference_shape(ref("llama"), "tiny", RULES)
     a, _ = load_heldout(fam, shape, 8)
     b, _ = load_heldout(fam, shape, 8)
     assert [list(x) for x in a["ids"]] == [list(x) for x in b["ids"]]
     train_plots = set(_generated(64, 0)["plot"])
-    from measure.data import EVAL_SEED
+    from advisor.measuring.data import EVAL_SEED
 
     held_plots = _generated(8, EVAL_SEED)["plot"]
     assert family("decoder", RULES) is fam and not train_plots >= set(held_plots)
@@ -189,10 +189,10 @@ def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_in
     import math
 
     from advisor.kb import store
-    from measure.config import GridCell
-    from measure.hardware import describe, resolve_device
-    from measure.runner import TUNING_SOURCE
-    from measure.tuning import rates, tune, tuning_key
+    from advisor.measuring.config import GridCell
+    from advisor.measuring.hardware import describe, resolve_device
+    from advisor.measuring.runner import TUNING_SOURCE
+    from advisor.measuring.tuning import rates, tune, tuning_key
 
     db = tmp_path / "tuning.sqlite"
     store.open_for_writing(db).close()

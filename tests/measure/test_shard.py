@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from measure.config import RunConfig
-from measure.runner import plan_grid
-from measure.shard import Shard, ShardError, from_slurm, parse
+from advisor.measuring.config import RunConfig
+from advisor.measuring.runner import plan_grid
+from advisor.measuring.shard import Shard, ShardError, from_slurm, parse
 
 from ..conftest import RULES, TINY_VIT, ref
 from .processes import runs

@@ -1,12 +1,12 @@
 """Strategies are numerically what they claim: checkpointing is the same function, accumulation the same
 gradient as one big batch (padded sequences of unequal length included). The helpers are those of
-`advisor validate` (measure/validate.py), so these tests pin down what it checks."""
+`advisor validate` (advisor/measuring/validate.py), so these tests pin down what it checks."""
 
 import pytest
 import torch
 
-from measure.models import build_model
-from measure.validate import concat_window, grads_after, micro_window
+from advisor.measuring.models import build_model
+from advisor.measuring.validate import concat_window, grads_after, micro_window
 
 from ..conftest import RULES, ref
 

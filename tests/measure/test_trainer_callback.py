@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
-from measure.models import build_model  # noqa: E402
+from advisor.measuring.models import build_model  # noqa: E402
 
 from ..conftest import RULES, ref  # noqa: E402
 from .processes import runs  # noqa: E402

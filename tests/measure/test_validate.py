@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from measure import strategies
+from advisor.measuring import strategies
 
 from ..conftest import RULES, ref
 
@@ -75,7 +75,7 @@ def test_validation_is_recorded_and_shown_in_answers(invoke, tmp_path, measure_t
 
 
 def test_dropout_on_checkpointing_matches_given_the_seed():
-    from measure.validate import check_checkpointing
+    from advisor.measuring.validate import check_checkpointing
 
     check = check_checkpointing(ref("vit"), "tiny", RULES, dropout=0.1)
     assert check.passed, check.detail
@@ -83,7 +83,7 @@ def test_dropout_on_checkpointing_matches_given_the_seed():
 
 
 def test_the_grids_cgd_descends_on_every_minibatch_and_converges():
-    from measure.validate import CGD_STOCHASTIC_RATIO, check_cgd_stochastic
+    from advisor.measuring.validate import CGD_STOCHASTIC_RATIO, check_cgd_stochastic
 
     check = check_cgd_stochastic()
     assert check.name == "cgd_stochastic_descent" and check.passed, check.detail
@@ -99,8 +99,8 @@ def test_the_grids_cgd_descends_on_every_minibatch_and_converges():
     ],
 )
 def test_the_stochastic_cgd_check_fails_without_a_line_search(options):
-    from measure.optimizers import ConjugateGradient
-    from measure.validate import check_cgd_stochastic
+    from advisor.measuring.optimizers import ConjugateGradient
+    from advisor.measuring.validate import check_cgd_stochastic
 
     check = check_cgd_stochastic(lambda params: ConjugateGradient(params, **options))
     assert not check.passed

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from measure.families import register
-from measure.families.base import (
+from advisor.measuring.families import register
+from advisor.measuring.families.base import (
     DEFAULT_SHAPE,
     IGNORE,
     TEXT_SIZES,
@@ -15,7 +15,7 @@ from measure.families.base import (
     padded,
     token_ids,
 )
-from measure.tokenizer import BOS, BYTE_VOCAB, EOS, SPECIAL_IDS
+from advisor.measuring.tokenizer import BOS, BYTE_VOCAB, EOS, SPECIAL_IDS
 
 MASK_RATE = 0.15  # the masked-LM convention (BERT, ModernBERT)
 BERT_IDS = dict(cls_token_id=BOS, sep_token_id=EOS, **SPECIAL_IDS)

@@ -21,18 +21,24 @@ import torch
 from advisor.errors import InputError
 from advisor.kb import store
 from advisor.kb.store import Check
+from advisor.measuring import strategies
+from advisor.measuring.config import RunConfig
+from advisor.measuring.data import batches, load
+from advisor.measuring.families.base import IGNORE
+from advisor.measuring.hardware import describe, resolve_device
+from advisor.measuring.models import build_model, reference_shape
+from advisor.measuring.monitor import Monitor
+from advisor.measuring.optimizers import (
+    DEFAULT_LR,
+    ConjugateGradient,
+    make_optimizer,
+    minimize_quadratic,
+    quadratic,
+)
+from advisor.measuring.tokenizer import PAD
 from advisor.model_ref import ResolvedModel, reference_model, reference_models
 from advisor.places import resolve_write_path
 from advisor.rules import Rules
-from measure import strategies
-from measure.config import RunConfig
-from measure.data import batches, load
-from measure.families.base import IGNORE
-from measure.hardware import describe, resolve_device
-from measure.models import build_model, reference_shape
-from measure.monitor import Monitor
-from measure.optimizers import DEFAULT_LR, ConjugateGradient, make_optimizer, minimize_quadratic, quadratic
-from measure.tokenizer import PAD
 
 GRAD_RTOL = 1e-4  # float32 accumulation in a different order: relative error of the largest gradient
 LOSS_RTOL = 1e-5

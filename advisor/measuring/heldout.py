@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from measure.data import heldout_batches, load_heldout
-from measure.strategies import autocast, to_device
+from advisor.measuring.data import heldout_batches, load_heldout
+from advisor.measuring.strategies import autocast, to_device
 
 
 @dataclass(frozen=True)

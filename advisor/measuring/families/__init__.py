@@ -1,7 +1,7 @@
 """The model families of the measurement side, one module each, registered by name.
 
 A family module subclasses `Family` (in `base.py`) and decorates it with `@register`; `rules/families.toml`
-names the module of each family (`module = "measure.families.decoder"`), and `family(name)` imports it
+names the module of each family (`module = "advisor.measuring.families.decoder"`), and `family(name)` imports it
 on first use. Adding a family is one module plus one line in rules/families.toml.
 """
 
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import importlib
 
+from advisor.measuring.families.base import Family, Shape, UnknownFamily
 from advisor.rules import Rules
-from measure.families.base import Family, Shape, UnknownFamily
 
 _REGISTRY: dict[str, Family] = {}
+_FORMER = (
+    "measure."  # the import name of advisor.measuring until 0.1 (a user's families.toml may still say it)
+)
 
 
 def register(cls: type[Family]) -> type[Family]:
@@ -29,8 +32,10 @@ def family(name: str, rules: Rules) -> Family:
     if name not in _REGISTRY:
         if not spec.module:
             raise UnknownFamily(f"family {name!r} names no module in rules/families.toml (module = ...).")
+        module = "advisor.measuring." + spec.module.removeprefix(_FORMER)
+        module = module if spec.module.startswith(_FORMER) else spec.module
         try:
-            importlib.import_module(spec.module)
+            importlib.import_module(module)
         except ImportError as e:
             raise UnknownFamily(f"family {name!r}: cannot import its module {spec.module!r} ({e}).") from e
         if name not in _REGISTRY:

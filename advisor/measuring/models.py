@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
+from advisor.measuring.families import Family, Shape, family
+from advisor.measuring.families.base import Sizes, from_config
+from advisor.measuring.tokenizer import carries_tokenizer, from_folder
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
-from measure.families import Family, Shape, family
-from measure.families.base import Sizes, from_config
-from measure.tokenizer import carries_tokenizer, from_folder
 
 
 @dataclass

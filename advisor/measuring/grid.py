@@ -1,8 +1,8 @@
 """Running a planned grid on this machine: every cell in a fresh process, in an order shuffled by a recorded
 seed, into one KB.
 
-(Moved here from measure/runner.py: the runner says what one cell is and does; this module runs many;
-measure/isolation.py runs one in its own process.)
+(Moved here from advisor/measuring/runner.py: the runner says what one cell is and does; this module runs many;
+advisor/measuring/isolation.py runs one in its own process.)
 
 A fresh process per cell makes a cell's memory its own: peaks do not carry over from the cell before, so
 they do not depend on the order. The order is shuffled all the same, within each (model, seed) block (an
@@ -19,11 +19,11 @@ import secrets
 from pathlib import Path
 
 from advisor.kb import lease, store
+from advisor.measuring import isolation
+from advisor.measuring.config import GridCell
+from advisor.measuring.progress import Reporter
+from advisor.measuring.runner import CellResult
 from advisor.rules import Rules
-from measure import isolation
-from measure.config import GridCell
-from measure.progress import Reporter
-from measure.runner import CellResult
 
 
 class GridRun(list):

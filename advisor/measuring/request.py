@@ -11,22 +11,22 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from advisor.errors import Error, InputError
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.dataset import check_cells, resolve
+from advisor.measuring.grid import GridRun, run_grid
+from advisor.measuring.hardware import resolve_device
+from advisor.measuring.optimizers import missing_package
+from advisor.measuring.plan import Plan, plan_cells
+from advisor.measuring.progress import Reporter
+from advisor.measuring.runner import CellResult, plan_grid
+from advisor.measuring.shard import Shard, parse
+from advisor.measuring.tuning import Tuned, tune
 from advisor.model_ref import ResolvedModel
 from advisor.places import resolve_write_path, user_dir
 from advisor.rules import Rules
-from measure.config import GridCell, RunConfig
-from measure.dataset import check_cells, resolve
-from measure.grid import GridRun, run_grid
-from measure.hardware import resolve_device
-from measure.optimizers import missing_package
-from measure.plan import Plan, plan_cells
-from measure.progress import Reporter
-from measure.runner import CellResult, plan_grid
-from measure.shard import Shard, parse
-from measure.tuning import Tuned, tune
 
 EXECUTORS = ("local", "ray")
-MEASURED_DTYPES = ("fp32", "bf16-mixed")  # what the trainer runs (measure/strategies.py: autocast)
+MEASURED_DTYPES = ("fp32", "bf16-mixed")  # what the trainer runs (advisor/measuring/strategies.py: autocast)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +67,7 @@ class MeasureRequest:
         for name in self.optimizers:
             package = missing_package(name)
             if package:
-                raise InputError(f"{name} needs {package}: pip install {package}.", "--optimizer")
+                raise InputError(f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').", "--optimizer")
         if self.executor not in EXECUTORS:
             raise InputError(
                 f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "--executor"
@@ -139,7 +139,9 @@ class MeasureRequest:
 
     def _runner(self, path: Path, rules: Rules, reporter: Reporter) -> Callable[[list[GridCell]], GridRun]:
         if self.executor == "ray":
-            from measure.cluster import run_grid_ray  # Ray is an extra, imported only when asked for
+            from advisor.measuring.cluster import (
+                run_grid_ray,  # Ray is an extra, imported only when asked for
+            )
 
             return lambda cells: run_grid_ray(
                 cells, path, rules, reporter, self.order_seed, self.ray_address, self.cpus_per_cell

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb import lease, store
+from advisor.measuring.config import GridCell
+from advisor.measuring.families import family
+from advisor.measuring.hardware import pid_alive
+from advisor.measuring.progress import ForwardingReporter, Reporter, replay
+from advisor.measuring.runner import CellOutcome, CellResult, run_cell, train_cell
 from advisor.rules import Rules
-from measure.config import GridCell
-from measure.families import family
-from measure.hardware import pid_alive
-from measure.progress import ForwardingReporter, Reporter, replay
-from measure.runner import CellOutcome, CellResult, run_cell, train_cell
 
 # What the fork server imports once; a cell's process finds them imported. transformers.modeling_utils is
 # the costly part of building a model (2 s here); advisor.cli is what the `advisor` script re-runs in a
@@ -45,14 +45,14 @@ PRELOAD = (
     "datasets",
     "advisor.cli",
     "advisor.kb.store",
-    "measure.data",
-    "measure.models",
-    "measure.monitor",
-    "measure.optimizers",
-    "measure.runner",
-    "measure.strategies",
-    "measure.trainer",
-    "measure.isolation",
+    "advisor.measuring.data",
+    "advisor.measuring.models",
+    "advisor.measuring.monitor",
+    "advisor.measuring.optimizers",
+    "advisor.measuring.runner",
+    "advisor.measuring.strategies",
+    "advisor.measuring.trainer",
+    "advisor.measuring.isolation",
 )
 STOP_WAIT_S = 60  # after Ctrl-C, how long a cell may take to record itself crashed before it is killed
 SIGNALS = {
@@ -100,7 +100,7 @@ def start_server(rules: Rules) -> None:
     forkserver.ensure_running()
 
 
-alive = pid_alive  # zombies count dead (measure/hardware.py)
+alive = pid_alive  # zombies count dead (advisor/measuring/hardware.py)
 
 
 def death_sentence(exitcode: int | None) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from measure import data
-from measure.families import register
-from measure.families.base import (
+from advisor.measuring import data
+from advisor.measuring.families import register
+from advisor.measuring.families.base import (
     DEFAULT_SHAPE,
     IGNORE,
     TEXT_SIZES,
@@ -25,8 +25,8 @@ from measure.families.base import (
     text_vocab,
     token_ids,
 )
-from measure.families.decoder import llama_text_config
-from measure.tokenizer import SPECIAL_IDS
+from advisor.measuring.families.decoder import llama_text_config
+from advisor.measuring.tokenizer import SPECIAL_IDS
 
 PIXEL_SHUFFLE = 2  # nanoVLM's modality projector: 4 patches become one image token
 

@@ -11,8 +11,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from advisor.kb.identity import cell_key
+from advisor.measuring.optimizers import DEFAULT_LR
 from advisor.model_ref import ResolvedModel
-from measure.optimizers import DEFAULT_LR
 
 # Per preset: micro-batch size, epochs, steps per epoch (optimizer updates under the fair protocol,
 # micro-batches under the paper's), held-out examples. `paper` keeps the paper's batch sizes and 25
@@ -58,7 +58,9 @@ class RunConfig:
     optimizer: str = "adam"  # sgd | adam | adamw | adagrad | adadelta | cgd
     strategy: str = "standard"  # standard | checkpointing | accumulation | checkpointing+accumulation
     seed: int = 0  # model init, data generation and shuffling
-    protocol: str = "fair"  # fair (measure/protocol.py: held-out loss, equal updates) | paper (the paper's)
+    protocol: str = (
+        "fair"  # fair (advisor/measuring/protocol.py: held-out loss, equal updates) | paper (the paper's)
+    )
     dtype: str = "fp32"  # fp32 | bf16-mixed (autocast to bfloat16, fp32 weights and optimizer state)
     epochs: int | None = None  # None: the preset's
     # fair: optimizer updates per epoch, the same for every strategy (accumulation takes k micro-batches
@@ -79,7 +81,7 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
-    # The data (--data), resolved once per `advisor measure` before the grid (measure/dataset.py), so that no
+    # The data (--data), resolved once per `advisor measure` before the grid (advisor/measuring/dataset.py), so that no
     # cell touches the network: generated (offline, deterministic) | mmimdb | a Hugging Face dataset id | a
     # local file or folder
     data: str = "generated"

@@ -30,15 +30,15 @@ from rich.text import Text
 from advisor.errors import FitError, InputError, KBError
 from advisor.kb.reader import open_for_reading
 from advisor.kb.store import FINAL
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.families import family
+from advisor.measuring.hardware import describe, resolve_device
+from advisor.measuring.prediction import trace
 from advisor.prediction import accelerators
 from advisor.prediction.answer import fit
 from advisor.prediction.cache import open_cache
 from advisor.prediction.question import FitOptions, question
 from advisor.rules import Rules
-from measure.config import GridCell, RunConfig
-from measure.families import family
-from measure.hardware import describe, resolve_device
-from measure.prediction import trace
 
 STARTUP_S = 10.0  # a cell's fresh process: imports, model build, data (seconds; measured 1-8 s here)
 

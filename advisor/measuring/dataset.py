@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from advisor.errors import Error, InputError
+from advisor.measuring.config import GridCell
+from advisor.measuring.data import encoded
+from advisor.measuring.families import family
+from advisor.measuring.families.base import ROLE_COLUMNS, Sizes
+from advisor.measuring.models import sized_reference, sized_user_config
 from advisor.rules import Rules
-from measure.config import GridCell
-from measure.data import encoded
-from measure.families import family
-from measure.families.base import ROLE_COLUMNS, Sizes
-from measure.models import sized_reference, sized_user_config
 
 GENERATED, MMIMDB = "generated", "mmimdb"
 MMIMDB_REPO = "pranavmr/MM-IMDb"

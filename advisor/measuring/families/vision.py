@@ -6,9 +6,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from measure import data
-from measure.families import register
-from measure.families.base import DEFAULT_SHAPE, VISION_SIZES, Family, Shape, model_inputs, pixels, side
+from advisor.measuring import data
+from advisor.measuring.families import register
+from advisor.measuring.families.base import (
+    DEFAULT_SHAPE,
+    VISION_SIZES,
+    Family,
+    Shape,
+    model_inputs,
+    pixels,
+    side,
+)
 
 NUM_LABELS = len(data.GENRES)  # MM-IMDb's genres
 

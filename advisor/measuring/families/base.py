@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from measure.tokenizer import BYTE_LEVEL, BYTE_VOCAB, Tokenizer
+from advisor.measuring.tokenizer import BYTE_LEVEL, BYTE_VOCAB, Tokenizer
 
 IGNORE = -100  # label of positions without a target (torch's cross-entropy ignore_index)
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from advisor.errors import InputError, KBError
 from advisor.kb import lease, store
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.hardware import describe, owner, pid_alive, resolve_device
+from advisor.measuring.preflight import will_not_fit
+from advisor.measuring.progress import LOSS_MEASURES, MEMORY_MEASURES, Reporter
+from advisor.measuring.trainer import Diverged, Trainer, Untrained, is_oom
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
-from measure.config import GridCell, RunConfig
-from measure.hardware import describe, owner, pid_alive, resolve_device
-from measure.preflight import will_not_fit
-from measure.progress import LOSS_MEASURES, MEMORY_MEASURES, Reporter
-from measure.trainer import Diverged, Trainer, Untrained, is_oom
 
 SOURCE = "measured"
 TUNING_SOURCE = "measured:tuning"

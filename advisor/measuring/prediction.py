@@ -37,6 +37,36 @@ from transformers.utils import import_utils
 from transformers.utils import logging as hf_logging
 
 from advisor.errors import FitError, InputError
+from advisor.measuring.adapters import Gemm4bitDecomposed, adapted, quantize
+from advisor.measuring.families import Family, family
+from advisor.measuring.families.base import from_config
+from advisor.measuring.fsdp import (
+    TRACED_WORLD,
+    blocks,
+    fake_group,
+    largest_module,
+    root_parameters,
+    shard,
+    sharded_points,
+)
+from advisor.measuring.models import model_config
+from advisor.measuring.optimizers import (
+    make_optimizer,
+    missing_package,
+    paged_state_bytes,
+    torchao_largest_quantized,
+    traceable,
+)
+from advisor.measuring.strategies import STRATEGIES, checkpointing_of, enable_checkpointing
+from advisor.measuring.tracing import (
+    BalancedRouting,
+    InputValues,
+    LiveBytes,
+    OpFlops,
+    OpTraffic,
+    ScalarOracle,
+    ShardedLiveBytes,
+)
 from advisor.prediction.question import Question
 from advisor.prediction.step import (
     BATCHES,
@@ -50,36 +80,6 @@ from advisor.prediction.step import (
     line,
 )
 from advisor.rules import Rules
-from measure.adapters import Gemm4bitDecomposed, adapted, quantize
-from measure.families import Family, family
-from measure.families.base import from_config
-from measure.fsdp import (
-    TRACED_WORLD,
-    blocks,
-    fake_group,
-    largest_module,
-    root_parameters,
-    shard,
-    sharded_points,
-)
-from measure.models import model_config
-from measure.optimizers import (
-    make_optimizer,
-    missing_package,
-    paged_state_bytes,
-    torchao_largest_quantized,
-    traceable,
-)
-from measure.strategies import STRATEGIES, checkpointing_of, enable_checkpointing
-from measure.tracing import (
-    BalancedRouting,
-    InputValues,
-    LiveBytes,
-    OpFlops,
-    OpTraffic,
-    ScalarOracle,
-    ShardedLiveBytes,
-)
 
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 SUB_CONFIGS = ("text_config", "vision_config")
@@ -239,7 +239,7 @@ def cuda_kernels(spec: Spec):
 def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None):
     """The model under fake tensors, weights uninitialised (their values never matter), quantized and adapted
     as the spec says, with the checkpointing asked for ('full', 'selective' or None), in train mode; with a
-    device mesh, built on the meta device and sharded as FSDP2 (measure/fsdp.py), then materialized."""
+    device mesh, built on the meta device and sharded as FSDP2 (advisor/measuring/fsdp.py), then materialized."""
     weights, half = precision(spec)
     config = copy.deepcopy(
         config
@@ -485,7 +485,7 @@ class Tracer:
         self._steps: dict = {}
 
     def points(self, sharded: bool = False) -> list[tuple[int, ...]]:
-        """Depth points: 1 and 2 blocks of each stack; a sharded trace's deeper ones (measure/fsdp.py)."""
+        """Depth points: 1 and 2 blocks of each stack; a sharded trace's deeper ones (advisor/measuring/fsdp.py)."""
         return sharded_points(self.knobs) if sharded else depth_points(self.knobs)
 
     def config(self, point) -> object:

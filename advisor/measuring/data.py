@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from measure.families.base import DEFAULT_SHAPE, Shape
+from advisor.measuring.families.base import DEFAULT_SHAPE, Shape
 
 # The held-out sets, one for every run, generated from these seeds: `validation` is what --tune-lr chooses
 # rates on, `test` what runs report (held-out loss, accuracy, time to target, "did not train"), so that

@@ -4,11 +4,11 @@ engine (no memory allocated) and skipped, with the prediction, instead of swappi
 
 from __future__ import annotations
 
+from advisor.measuring.config import GridCell
+from advisor.measuring.models import user_config
+from advisor.measuring.prediction import Spec, predict
 from advisor.prediction.step import tensor_peak
 from advisor.rules import Rules
-from measure.config import GridCell
-from measure.models import user_config
-from measure.prediction import Spec, predict
 
 MARGIN = 0.9  # of the memory available now: the process, data and other programs need the rest
 

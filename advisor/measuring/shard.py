@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from advisor.errors import InputError
-from measure.config import GridCell, RunConfig
+from advisor.measuring.config import GridCell, RunConfig
 
 
 class ShardError(InputError):

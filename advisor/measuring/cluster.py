@@ -8,7 +8,7 @@ renewing its leases, and the next grid (on any host) finds them expired, marks t
 the cells again.
 
 A task trains its cell in a process of its own, forked from a fork server in its Ray worker, as a cell
-does on one machine (measure/isolation.py): memory is the cell's own, and a worker imports torch and
+does on one machine (advisor/measuring/isolation.py): memory is the cell's own, and a worker imports torch and
 transformers once, not once per cell. A cell's process that dies (the kernel's OOM killer) is the cell's
 `crashed` outcome; a worker or node that dies is Ray's to retry. Cells ask for one GPU where the cluster has GPUs, else `cpus` CPUs (by
 default a whole node's, the smallest's: a cell's timing is not shared with another cell). Ray is an
@@ -26,13 +26,13 @@ from pathlib import Path
 
 from advisor.errors import Error
 from advisor.kb import lease, store
+from advisor.measuring.config import GridCell
+from advisor.measuring.grid import GridRun, new_order_seed, run_order
+from advisor.measuring.hardware import describe, pid_alive
+from advisor.measuring.isolation import train_in_child
+from advisor.measuring.progress import ForwardingReporter, Reporter, replay
+from advisor.measuring.runner import CellOutcome, CellResult, built_fields, cell_run
 from advisor.rules import Rules
-from measure.config import GridCell
-from measure.grid import GridRun, new_order_seed, run_order
-from measure.hardware import describe, pid_alive
-from measure.isolation import train_in_child
-from measure.progress import ForwardingReporter, Reporter, replay
-from measure.runner import CellOutcome, CellResult, built_fields, cell_run
 
 TASK_RETRIES = 3  # tries after a node or worker dies, under the same claim
 POLL_S = 0.25  # how often the driver looks at finished tasks and progress

@@ -17,11 +17,11 @@ from pathlib import Path
 from rich.table import Table
 
 from advisor.kb.schema import connect_readonly
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.hardware import describe, resolve_device
+from advisor.measuring.optimizers import DEFAULT_LR
+from advisor.measuring.runner import TUNING_SOURCE
 from advisor.rules import Rules
-from measure.config import GridCell, RunConfig
-from measure.hardware import describe, resolve_device
-from measure.optimizers import DEFAULT_LR
-from measure.runner import TUNING_SOURCE
 
 
 @dataclass(frozen=True)

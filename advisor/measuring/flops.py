@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from advisor.measuring.strategies import autocast, to_device
 from advisor.prediction import accelerators
 from advisor.rules import Rules
-from measure.strategies import autocast, to_device
 
 
 @dataclass(frozen=True)

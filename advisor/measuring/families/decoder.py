@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from measure.families import register
-from measure.families.base import (
+from advisor.measuring.families import register
+from advisor.measuring.families.base import (
     DEFAULT_SHAPE,
     IGNORE,
     TEXT_SIZES,
@@ -16,7 +16,7 @@ from measure.families.base import (
     padded,
     token_ids,
 )
-from measure.tokenizer import BYTE_VOCAB, SPECIAL_IDS
+from advisor.measuring.tokenizer import BYTE_VOCAB, SPECIAL_IDS
 
 
 def llama_text_config(preset: str):

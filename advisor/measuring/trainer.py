@@ -18,22 +18,22 @@ from collections.abc import Callable
 
 import torch
 
+from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.data import epoch_batches, load
+from advisor.measuring.dataset import open_view
+from advisor.measuring.families import family
+from advisor.measuring.families.base import DEFAULT_SHAPE, Sizes
+from advisor.measuring.figures import EpochWork, epoch_row, peak_only, run_metrics
+from advisor.measuring.flops import device_peak, forward_flops_per_position, positions
+from advisor.measuring.heldout import HeldOut
+from advisor.measuring.models import build_model
+from advisor.measuring.monitor import Monitor, process_rss_gb
+from advisor.measuring.optimizers import make_optimizer
+from advisor.measuring.progress import Reporter
+from advisor.measuring.protocol import TargetClock, Untrained, check_trained, contended, target_loss
+from advisor.measuring.strategies import prepare, train_step
+from advisor.measuring.tensors import measured_step
 from advisor.rules import Rules
-from measure.config import GridCell, RunConfig
-from measure.data import epoch_batches, load
-from measure.dataset import open_view
-from measure.families import family
-from measure.families.base import DEFAULT_SHAPE, Sizes
-from measure.figures import EpochWork, epoch_row, peak_only, run_metrics
-from measure.flops import device_peak, forward_flops_per_position, positions
-from measure.heldout import HeldOut
-from measure.models import build_model
-from measure.monitor import Monitor, process_rss_gb
-from measure.optimizers import make_optimizer
-from measure.progress import Reporter
-from measure.protocol import TargetClock, Untrained, check_trained, contended, target_loss
-from measure.strategies import prepare, train_step
-from measure.tensors import measured_step
 
 
 class Diverged(Exception):
