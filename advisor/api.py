@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from advisor.errors import Error, InputError
 from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
+from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.prediction.accelerators import resolve as resolve_accelerator
 from advisor.prediction.answer import FitAnswer
 from advisor.prediction.answer import fit as fit_answer
@@ -63,19 +64,25 @@ def recommend(
     db: PathLike | None = None,
     conn: sqlite3.Connection | None = None,
     menu: dict | None = None,
+    **menu_options,
 ) -> Answer:
     """`advisor recommend` as an `Answer` (`.recommendation`, `.alternatives`, `.excluded`, `.caveats`,
     `.frontier`, `.as_dict(rules)` for what --json prints). One of `arch` (a family or alias) and `model` (a
     reference name, a folder with config.json, or a cached Hugging Face id). With `model` and `gpu` (or
     `memory`), configurations predicted not to fit are excluded; `memory` (GB of accelerator memory)
     excludes measured configurations above it too. `menu`: advisor fit's menu options for that prediction
-    (`adapters`, `lora_r`, `offload`, `attention`, ...). `group`: one evidence group's id ('11', 'u3');
+    (`adapters`, `lora_r`, `offload`, `attention`, `gpus`, `nodes`, `shardings`, ...), as a dict or as
+    keywords (`gpus=8`), as `advisor recommend` takes them. `group`: one evidence group's id ('11', 'u3');
     `evidence`: 'matching' (your own runs only where they match the question) or 'mine' (your runs alone)."""
     from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
     from advisor.answers.recommendation import Constraints
     from advisor.answers.recommendation import recommend as rank
 
     rules = load_rules()
+    unknown = sorted(set(menu_options) - {f.name for f in fields(FitOptions)})
+    if unknown:
+        raise InputError(f"advisor.recommend takes no {', '.join(unknown)}.")
+    menu = {**(menu or {}), **menu_options}
     if (arch is None) == (model is None):
         raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
     if gpu and model is None:
@@ -111,7 +118,7 @@ def recommend(
             **_narrowed(menu, rules, optimizers, exclude_optimizers, strategies),
         )
     constraints = Constraints(
-        max_memory=memory,
+        max_memory=None if memory is None else memory * GB_PER_GIB,  # given in GiB, compared in GB
         max_time=max_time,
         optimizers=tuple(optimizers),
         exclude_optimizers=tuple(exclude_optimizers),
@@ -138,7 +145,8 @@ def recommend(
 
 
 def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) -> FitAnswer:
-    """`advisor fit` as a `FitAnswer` (`.pick`, `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu
+    """`advisor fit` as a `FitAnswer` (`.pick`, also `.best`: `TrainingArguments(**answer.best.training_arguments)`
+    takes it into a Trainer; `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu
     on the model and accelerator, with the options of `advisor fit` by their names (`gpu`, `memory`,
     `batch_size`, `seq_len`, `image_size`, `dtype` (a name or a tuple), `accumulation_steps`, `optimizers`,
     `strategies`, `adapters`, `lora_r`, `lora_alpha`, `lora_targets`, `base_bits`, `offload`, `attention`,

@@ -1,18 +1,25 @@
-"""Resolving `--model NAME|PATH|HF_ID` once, offline, into a `ResolvedModel` that every later step receives:
-its name as the KB stores it, its family's rules record, and its config.json read once (no transformers
-import). Only the entry points call `resolve_model`: the command line, the Python API, grid planning."""
+"""Resolving `--model NAME|PATH|HF_ID` once into a `ResolvedModel` that every later step receives: its name
+as the KB stores it, its family's rules record, and its config.json read once (no transformers import).
+Only the entry points call `resolve_model`: the command line, the Python API, grid planning.
+
+A name is tried as a reference model ('llama'), a local folder, a published model advisor ships the config
+of ('llama-3.1-8b', models/index.toml), the Hugging Face cache, and last the Hub (config.json alone)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
+import socket
+import tomllib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 from advisor.errors import ModelNotResolved, UnsupportedModel
-from advisor.places import user_rules_dir
+from advisor.places import shipped_models_dir, user_rules_dir
 from advisor.rules import FamilyRecord, Rules
 
 
@@ -114,18 +121,22 @@ def reference_model(name: str, rules: Rules) -> ResolvedModel:
 
 
 def resolve_model(name: str, rules: Rules) -> ResolvedModel:
-    """A reference model name ('vit'), a local folder with config.json, or an HF id found in the local cache;
-    its family from model_type (rules/families.toml), else from the end of its class name (`architectures`)."""
+    """A reference model name ('vit'), a local folder with config.json, a shipped published model
+    ('llama-3.1-8b'), an HF id in the local cache or, online, on the Hub; its family from model_type
+    (rules/families.toml), else from the end of its class name (`architectures`)."""
     if name.lower() in rules.reference_models():
         return reference_model(name.lower(), rules)
-    path = config_path_of(name)
-    if path is None:
-        raise ModelNotResolved(
-            f"cannot resolve model {name!r} offline: it is not one of "
-            f"{', '.join(f.reference_model for f in rules.families.values())}, not a folder with a config.json, "
-            "and not in the local Hugging Face cache. Pass a folder that holds the model's config.json (the "
-            "weights are not needed)."
-        )
+    shipped = shipped_model(name)
+    local = _local_config(name)
+    if local is None and shipped is not None:
+        name, path = shipped
+    else:
+        path = local or _cached_config(name) or _hub_config(name, rules)
+    return _resolved_config(name, path, rules)
+
+
+def _resolved_config(name: str, path: Path, rules: Rules) -> ResolvedModel:
+    """The model whose config.json is at `path`, its family found (or a sentence saying why not)."""
     config = read_config(path)
     if "auto_map" in config:
         raise ModelNotResolved(
@@ -182,8 +193,95 @@ def read_config(path: Path) -> dict:
 
 
 def config_path_of(name: str) -> Path | None:
-    """config.json of a local folder (or the file itself) or of an HF id in the local cache, or None."""
-    return _local_config(name) or _cached_config(name)
+    """config.json of a local folder (or the file itself), a shipped published model or an HF id in the
+    local cache, or None (never the network)."""
+    shipped = shipped_model(name)
+    return _local_config(name) or (shipped[1] if shipped else None) or _cached_config(name)
+
+
+def _key(name: str) -> str:
+    """A model name as people vary it: case and punctuation aside ('Llama-3.1-8B' == 'llama3.1_8b')."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+@cache
+def shipped_models() -> dict[str, dict]:
+    """The published models advisor ships configs of (models/index.toml): name -> {hub, aliases}."""
+    return tomllib.loads((shipped_models_dir() / "index.toml").read_text())["models"]
+
+
+@cache
+def _shipped_keys() -> dict[str, str]:
+    keys = {}
+    for name, entry in shipped_models().items():
+        for alias in (name, entry["hub"], entry["hub"].split("/")[1], *entry.get("aliases", ())):
+            keys[_key(alias)] = name
+    return keys
+
+
+def shipped_model(name: str) -> tuple[str, Path] | None:
+    """(its name, its config.json) of a shipped published model that `name` names, or None."""
+    found = _shipped_keys().get(_key(name))
+    return (found, shipped_models_dir() / found / "config.json") if found else None
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub's host answers at all: a machine without a route fails in seconds, not after
+    huggingface_hub's minute of retries."""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _hub_config(repo_id: str, rules: Rules) -> Path:
+    """config.json of a Hub id, fetched alone (no weights) when online; else ModelNotResolved with the
+    command that fetches it."""
+    refs = ", ".join(f.reference_model for f in rules.families.values())
+    if repo_id.count("/") != 1 or Path(repo_id).expanduser().exists():
+        raise ModelNotResolved(
+            f"cannot resolve model {repo_id!r}: it is not one of {refs}, not a published model advisor ships "
+            "(`advisor fit --list-models`), not a folder with a config.json and not a Hugging Face id "
+            "(owner/name). Pass a folder that holds the model's config.json (the weights are not needed)."
+        )
+    fetch = f"hf download {repo_id} config.json"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ModelNotResolved(
+            f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: fetch its config "
+            f"alone with `{fetch}` (online), or pass a folder that holds its config.json."
+        )
+    try:
+        from huggingface_hub import hf_hub_download  # the network, only for an id nothing local has
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    except ImportError as e:
+        raise ModelNotResolved(
+            f"{repo_id}: fetching a config needs huggingface_hub (pip install huggingface_hub)."
+        ) from e
+    if not _hub_reachable():
+        raise ModelNotResolved(
+            f"{repo_id} is not in the local Hugging Face cache and the Hub is not reachable from here: fetch its "
+            f"config alone with `{fetch}` where it is, or pass a folder that holds its config.json."
+        )
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retries are ours to report, once
+    try:
+        return Path(hf_hub_download(repo_id, "config.json", etag_timeout=10))
+    except GatedRepoError as e:
+        raise ModelNotResolved(
+            f"{repo_id} is gated on the Hub: accept its licence on huggingface.co, log in (`hf auth login`) "
+            "and ask again, or pass a folder that holds its config.json."
+        ) from e
+    except RepositoryNotFoundError as e:
+        raise ModelNotResolved(f"{repo_id} is not a model on the Hugging Face Hub (or it is private).") from e
+    except Exception as e:  # no network, a timeout, a proxy: one sentence, the way to do it by hand
+        raise ModelNotResolved(
+            f"cannot fetch {repo_id}'s config.json from the Hub ({type(e).__name__}): run `{fetch}` where the "
+            "Hub is reachable, or pass a folder that holds its config.json."
+        ) from e
 
 
 def _local_config(name: str) -> Path | None:

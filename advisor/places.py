@@ -80,6 +80,11 @@ def exists(path: Path) -> bool:
         return False
 
 
+def shipped_models_dir() -> Path:
+    """The published models' configs advisor ships (models/ in a checkout)."""
+    return Path(str(resources.files("advisor.shipped.models")))
+
+
 def shipped_rules_dir() -> Path:
     return Path(str(resources.files("advisor.shipped.rules")))
 

@@ -84,6 +84,14 @@ class OptimizerRecord:
     sharded: bool = False  # it steps FSDP2's sharded parameters
 
 
+GB_PER_GIB = 2**30 / 1e9  # the unit on the box: a "24 GB" card holds 24 GiB (HBM and GDDR are binary)
+
+
+def gib(gb: float) -> float:
+    """GB of 10^9 bytes (how advisor computes and stores) in GiB, the unit on the box (how it shows)."""
+    return gb / GB_PER_GIB
+
+
 @dataclass(frozen=True)
 class Accelerator:
     key: str

@@ -98,7 +98,7 @@ CASES = (
         (["recommend", "--model", "vit", "--memory", "nan"], 2, "finite"),
         (["recommend", "--model", "vit", "--memory", "0"], 2, "--memory"),
         (["recommend", "--model", "vit", "--gpu", "A1000"], 2, "Did you mean"),
-        (["recommend", "--model", "someorg/not-downloaded"], 1, "cannot resolve"),
+        (["recommend", "--model", "someorg/not-downloaded"], 1, "hf download someorg/not-downloaded"),
         (["recommend", "--model", "{no-config}"], 1, "cannot resolve"),
         (["recommend", "--model", "{config-list}"], 1, "not a model config"),
         (["recommend", "--model", "{config-bytes}"], 1, "not UTF-8"),

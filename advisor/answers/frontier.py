@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from advisor.answers.evidence import GroupEvidence, select_group
 from advisor.answers.pareto import FrontierPoint, pareto_view
 from advisor.kb.reader import Cell, Group
-from advisor.rules import Rules
+from advisor.rules import Rules, load_rules
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class Frontier:
     left_out: list[str]  # "<configuration>: <why it may not be ranked>"
     excluded: list[LeftOut] = field(default_factory=list)  # the same, as points for pictures
 
-    def as_dict(self, rules: Rules) -> dict:
+    def as_dict(self, rules: Rules | None = None) -> dict:
+        """What `advisor frontier --json` prints (`rules`: default the installed ones)."""
+        rules = rules or load_rules()
         return {
             "family": self.family,
             "x": {"metric": self.x, "unit": rules.metric(self.x).unit, "measure": self.measures[0]},

@@ -13,7 +13,7 @@ from advisor.answers.transfer import METRICS as METRICS_ACROSS_SCALES
 from advisor.answers.transfer import summary_line, transfers
 from advisor.errors import RulesError
 from advisor.kb.reader import Cell, Group, group_settings, validation
-from advisor.rules import Metric, Rules
+from advisor.rules import Metric, Rules, gib, load_rules
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,10 @@ class Answer:
     menu: dict | None = None  # the fine-tuning menu predicted for the user's model (menu_summary)
     safe_alternative: Entry | None = None  # when a seed of the pick failed: the best with every seed ok
 
-    def as_dict(self, rules: Rules) -> dict:
+    def as_dict(self, rules: Rules | None = None) -> dict:
+        """What `advisor recommend --json` prints (`rules`: the rules the answer was made with; default the
+        installed ones, the user's included)."""
+        rules = rules or load_rules()
         measure = rules.measures.get(self.measure) if self.measure else None
         return {
             "family": self.family,
@@ -517,9 +520,11 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bo
         if row is not None and not row.fits:
             q = c.fit.question
             where = q.accelerator.name if q.accelerator else "the --memory budget"
-            return f"predicted {row.total:.1f} GB > {q.budget_gb:.1f} GB on {where} (advisor fit)"
+            return f"predicted {gib(row.total):.1f} GiB > {gib(q.budget_gb):.4g} GiB on {where} (advisor fit)"
         if row is not None and c.max_memory is not None and row.total > c.max_memory:
-            return f"predicted {row.total:.1f} GB exceeds --memory {c.max_memory:g} GB (advisor fit)"
+            return (
+                f"predicted {gib(row.total):.1f} GiB exceeds --memory {gib(c.max_memory):.4g} (advisor fit)"
+            )
     limits = [("time", c.max_time, "--max-time")] + (
         [("memory", c.max_memory, "--memory")] if memory_checked else []
     )
@@ -527,10 +532,11 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bo
         if limit is None:
             continue
         value, unit = ev.value(cell, metric_name), ev.rules.metric(metric_name).unit
+        asked = f"{flag} {gib(limit):.4g} (GiB)" if flag == "--memory" else f"{flag} {limit:g} {unit}"
         if value is None:
-            return f"no {metric_name} figure to check {flag} {limit:g} {unit} against"
+            return f"no {metric_name} figure to check {asked} against"
         if value > limit:
-            return f"exceeds {flag} {limit:g} {unit}"
+            return f"exceeds {asked}"
     return None
 
 
@@ -544,7 +550,7 @@ def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
         return True
     stated = ev.rules.measures[measure].label if measure else "no memory figure"
     answer.notes.append(
-        f"--memory {c.max_memory:g} GB means accelerator memory, and this evidence states only {stated}: "
+        f"--memory {gib(c.max_memory):.4g} (GiB) means accelerator memory, and this evidence states only {stated}: "
         "not applied. Pass --model with --gpu (or --memory) to check what fits by prediction."
     )
     return False
@@ -564,9 +570,10 @@ def full_rows(fit, rules: Rules) -> dict[tuple[str, str], object]:
 
 
 QUALITY_GAP = (
-    "Quality (loss) evidence in the KB covers full fine-tuning with the paper's optimizers; LoRA and QLoRA "
-    "against full fine-tuning, 8-bit and 4-bit optimizer states against 32-bit, Lion, Muon and schedule-free "
-    "AdamW have none yet: their rows are ranked by memory and speed, as predicted for your model."
+    "Quality (loss) evidence in the KB covers full fine-tuning: the paper's optimizers, and Lion, Muon, "
+    "schedule-free AdamW and torchao's 8-bit AdamW against AdamW in the CPU reference grid (advisor fit "
+    "quotes it); LoRA and QLoRA against full fine-tuning, and 4-bit states, have none yet: those rows are "
+    "ranked by memory and speed, as predicted for your model."
 )
 
 

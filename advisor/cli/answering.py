@@ -75,6 +75,12 @@ FRONTIER_PIXELS = "1280 × 840"
 )
 @evidence_options
 @menu_options
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="The whole answer: runners-up with their tests, exclusions, holes, caveats, the frontier, other evidence.",
+)
 @db_option
 @json_option
 @domain_errors
@@ -85,6 +91,7 @@ def recommend(
     group_id,
     db,
     as_json,
+    verbose,
     adapters,
     lora_r,
     lora_alpha,
@@ -106,9 +113,9 @@ def recommend(
 
     \b
     Examples:
-        advisor recommend --arch encoder --optimize memory
+        advisor recommend --model llama-3.1-8b --gpu RTX4090 --optimize time
+        advisor recommend --arch encoder --optimize loss --verbose
         advisor recommend --model ./my-bert --optimize time --memory 40
-        advisor recommend --model tests/fixtures/configs/Llama-3.1-8B --gpu A100-80GB --optimize time
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
     conn = reading_kb(db, options["source"])
@@ -131,7 +138,7 @@ def recommend(
     if as_json:
         echo_json(answer.as_dict(rules))
     else:
-        console().print(answer_view(answer, rules))
+        console().print(answer_view(answer, rules, verbose))
 
 
 @click.command(context_settings=CONTEXT)

@@ -20,7 +20,7 @@ from advisor.cli.params import (
     shape_options,
 )
 from advisor.model_ref import ResolvedModel
-from advisor.render.fit_views import fit_view, gpus_view
+from advisor.render.fit_views import fit_view, gpus_view, models_view
 from advisor.rules import load_rules
 
 
@@ -55,14 +55,38 @@ from advisor.rules import load_rules
     help="Show every configuration (default: the ladder, the pick and the best of each adapter, about 12).",
 )
 @click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="The whole answer: the configurations, where their memory goes, the code, the assumptions.",
+)
+@click.option(
+    "--code", "code_only", is_flag=True, help="Print the pick's code alone (Trainer, peft, launch)."
+)
+@click.option(
     "--list-gpus",
     is_flag=True,
     help="List the accelerators fit knows, with their memory and peaks, and exit.",
 )
+@click.option(
+    "--list-models",
+    is_flag=True,
+    help="List the published models whose configs advisor ships (--model takes their names), and exit.",
+)
 @db_option
 @json_option
 @domain_errors
-def fit_command(model: ResolvedModel | None, list_gpus: bool, show_all: bool, db, as_json: bool, **options):
+def fit_command(
+    model: ResolvedModel | None,
+    list_gpus: bool,
+    list_models: bool,
+    show_all: bool,
+    verbose: bool,
+    code_only: bool,
+    db,
+    as_json: bool,
+    **options,
+):
     """Which fine-tuning configuration fits this model on this accelerator, and how fast each runs.
 
     The menu: what trains (full, LoRA, QLoRA), precision (fp32, bf16-mixed, pure bf16), optimizer
@@ -75,19 +99,30 @@ def fit_command(model: ResolvedModel | None, list_gpus: bool, show_all: bool, db
     needs no torch.
 
     \b
+    Memory is in GiB, the unit on the box (a "24 GB" card holds 24 GiB); --json keeps GB of 10^9 bytes.
+
+    \b
     Examples:
-        advisor fit --model tests/fixtures/configs/Llama-3.1-8B --gpu RTX4090
-        advisor fit --model ./my-model --gpu H100 --adapter lora --lora-r 64 --seq-len 4096 --json
-        advisor fit --model Qwen/Qwen2-0.5B --memory 16 --dtype fp32 --optimizer adamw --all
+        advisor fit --model llama-3.1-8b --gpu RTX4090
+        advisor fit --model qwen2.5-7b --gpu A100-80GB --adapter lora --lora-r 64 --seq-len 4096 --verbose
+        advisor fit --model ./my-model --gpu H100 --code
+        advisor fit --model llama-3.1-70b --gpu H100 --gpus 8 --json
+        advisor fit --list-models
     """
     rules = load_rules()
     if list_gpus:
         console().print(gpus_view(rules))
         return
+    if list_models:
+        console().print(models_view())
+        return
     if model is None:
-        raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-gpus).")
+        raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-models, --list-gpus).")
     answer = api.fit(model, db=db, **options)
     if as_json:
         echo_json(answer.as_dict())
+    elif code_only:
+        shown = answer.pick or answer.several or min(answer.rows, key=lambda r: r.total)
+        click.echo(shown.trainer_code)
     else:
-        console().print(fit_view(answer, show_all))
+        console().print(fit_view(answer, show_all, verbose))

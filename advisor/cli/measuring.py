@@ -184,9 +184,13 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
 
 
 def run_to_the_end(asked, grid, rules):
-    """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130."""
-    from advisor.measuring.progress import reporter_for  # torch: the measurement side
+    """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130. The worker
+    process starts before the bars do: it imports torch meanwhile, and writes nothing on this terminal."""
+    from advisor.measuring.isolation import start_server  # torch: the measurement side
+    from advisor.measuring.progress import reporter_for
 
+    if asked.executor == "local" and grid.cells:
+        start_server(rules)
     try:
         with reporter_for(Console(stderr=True)) as reporter:
             return asked.run(rules, reporter, grid=grid)
@@ -209,34 +213,62 @@ def show_plan(plan, as_json: bool) -> None:
 
 
 def show_measured(measured, db, as_json: bool) -> None:
-    """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON)."""
-    from advisor.measuring.progress import summary_table  # torch: the measurement side
+    """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON). A grid where no
+    cell ended ok and some failed or crashed ends with a sentence and exit code 1."""
+    from advisor.measuring.progress import failure_causes, summary_table  # torch: the measurement side
     from advisor.measuring.tuning import tuned_table
 
     if as_json:
-        return echo_json(measured.as_dict())
-    if measured.tuned:
-        console().print(tuned_table(measured.tuned))
-    console().print(summary_table(measured.results))
-    click.echo(closing_lines(measured, db))
+        echo_json(measured.as_dict())
+        for cause in failure_causes(measured.results) if measured.nothing_measured else ():
+            click.echo(cause, err=True)  # the sentence below refers to it
+    else:
+        if measured.tuned:
+            console().print(tuned_table(measured.tuned))
+        console().print(summary_table(measured.results))
+        click.echo(closing_lines(measured, db))
+    if measured.nothing_measured:
+        raise click.ClickException(nothing_measured_sentence(measured))
 
 
 def closing_lines(measured, db) -> str:
-    """What a finished grid says last: the order's seed, the shard, how many ended ok, where, and what to ask."""
+    """What a finished grid says last: the order's seed, the shard, one line per cause of failure, how many
+    ended ok, where, and what to ask (when there is something to ask about)."""
+    from advisor.measuring.progress import counted, failure_causes  # torch: the measurement side
+
     grid, results = measured.grid, measured.results
     lines = [f"Cell order shuffled with --order-seed {measured.ran.order_seed} (recorded with every run)."]
     if grid.shard is not None:
         lines.append(
-            f"Shard {grid.shard}: {len(grid.cells)} of the grid's {grid.planned} cells. When every shard is done: "
-            "advisor kb merge SHARD.sqlite ... --db ALL.sqlite"
+            f"Shard {grid.shard}: {len(grid.cells)} of the grid's {counted(grid.planned, 'cell')}. When every "
+            "shard is done: advisor kb merge SHARD.sqlite ... --db ALL.sqlite"
         )
+    lines += failure_causes(results)
+    if measured.nothing_measured:
+        return "\n".join(lines)
     done = sum(r.status == "ok" for r in results)
     first = grid.cells[0].config.model if grid.cells else "MODEL"
+    ask = f" Ask: advisor recommend --model {first} --source measured" + (f" --db {db}" if db else "")
     lines.append(
-        f"{done} ok of {len(results)} cells, written to {grid.path}. "
-        f"Ask: advisor recommend --model {first} --source measured" + (f" --db {db}" if db else "")
+        f"{done} ok of {counted(len(results), 'cell')}, written to {grid.path}."
+        + (ask if any(r.status in ("ok", "skipped") for r in results) else "")
     )
     return "\n".join(lines)
+
+
+def nothing_measured_sentence(measured) -> str:
+    """Why the command exits 1: no cell was measured; what to do, and where the tracebacks are."""
+    from advisor.measuring.progress import counted  # torch: the measurement side
+
+    results = measured.results
+    kept = any(r.run_id is not None for r in results)
+    where = (
+        f"; each run's traceback is kept with it in {measured.grid.path} (advisor kb export)" if kept else ""
+    )
+    return (
+        f"no cell was measured ({counted(len(results), 'cell')} failed or crashed): fix the cause above, "
+        f"then run the same command again{where}."
+    )
 
 
 @click.command(context_settings=CONTEXT)

@@ -8,6 +8,7 @@ import errno
 import functools
 import json
 import math
+import sys
 from pathlib import Path
 
 import click
@@ -30,7 +31,7 @@ def console() -> Console:
 def echo_json(obj) -> None:
     """Indented for a reader at a terminal; one line into a pipe or a file (json's C encoder: a fit's hundreds
     of configurations print in a hundredth of the indented time)."""
-    indent = 2 if click.get_text_stream("stdout").isatty() else None
+    indent = 2 if sys.stdout.isatty() else None
     click.echo(json.dumps(obj, indent=indent, default=str))
 
 
@@ -216,8 +217,9 @@ def accelerator_options(fn):
             "memory",
             cls=Aliased,
             type=FiniteFloat(min=0, min_open=True),
-            metavar="GB",
-            help="The accelerator memory to fit in, in GB, instead of (or overriding) --gpu's: fit and recommend "
+            metavar="GiB",
+            help='The accelerator memory to fit in, in GiB as the box states it (a "24 GB" card: 24), instead '
+            "of (or overriding) --gpu's: fit and recommend "
             "exclude configurations above it (never compared with host RAM); measure treats memory above it as "
             "out of memory (CUDA: a per-process fraction; CPU: host RSS).",
         ),

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from advisor.cli.params import CONTEXT, db_option, domain_errors, reading_kb, source_option
+from advisor.errors import InputError
 from advisor.places import places
 from advisor.rules import load_rules
 
@@ -82,12 +83,24 @@ def check_folder(out: Path) -> None:
         raise click.ClickException(f"cannot write into {parent}: permission denied. Choose another --out.")
 
 
-def kb_label(db) -> str:
-    """Which KB the report is of, as a reader should see it named."""
+def kb_label(db, shown=str) -> str:
+    """Which KB the report is of, as a reader should see it named (`shown`: how a path is named)."""
     if db or os.environ.get("ADVISOR_DB"):
-        return str(db or os.environ["ADVISOR_DB"])
+        return shown(db or os.environ["ADVISOR_DB"])
     where = places()
-    return "the shipped KB" + (f" and yours ({where['user_kb']})" if where["user_kb_exists"] else "")
+    return "the shipped KB" + (f" and yours ({shown(where['user_kb'])})" if where["user_kb_exists"] else "")
+
+
+def fit_accelerators(ctx, param, values: tuple[str, ...]):
+    """--gpu, each named as `advisor fit --gpu` takes it, resolved before any work (a bad name: exit 2)."""
+    from advisor.prediction.accelerators import resolve
+
+    rules = load_rules()
+    try:
+        found = {a.key: a for a in (resolve(v, rules) for v in values)}  # a card named twice: once
+    except InputError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
+    return tuple(found.values())
 
 
 @click.command(context_settings=CONTEXT)
@@ -100,27 +113,40 @@ def kb_label(db) -> str:
     help="Folder to write the site into (created if missing). Only DIR/index.html and DIR/vega.js are "
     "written; open index.html in a browser, no server or network needed.",
 )
+@click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    metavar="NAME",
+    callback=fit_accelerators,
+    help="An accelerator the fit section answers for (repeat for several; as `advisor fit --gpu` takes it). "
+    "Default: RTX4090, A100-80GB and H100.",
+)
 @source_option
 @db_option
 @domain_errors
-def report(out_dir, source, db):
+def report(out_dir, gpus, source, db):
     """Write a static site of the knowledge base's answers, to read in a browser or put in a slide.
 
     One page: the recommendation flowchart (family × metric → optimizer + strategy), every answer with its
     interval, test, runners-up, exclusions and caveats, the Pareto frontiers of loss against time, memory
     and utilization (hover a point for its interval, or an excluded one for why), the paper's claims with
-    their verdicts, advisor fit's cached predictions, and the provenance of each evidence group. Needs the
-    plots extra: pip install 'advisor[plots]'.
+    their verdicts, what fits which accelerator for every model advisor fit has traced (its pick, the
+    largest micro-batch, the code), and the provenance of each evidence group. The page names no absolute
+    path: a file by its name, or from ~ or the current folder. Needs the plots extra: pip install
+    'advisor[plots]'.
 
     \b
     Examples:
         advisor report --out site/
         advisor report --out site-measured/ --source measured
         advisor report --out my-runs/ --db runs.sqlite
+        advisor report --out site/ --gpu L4 --gpu H200
     """
     charts_module()  # say what is missing before any work
-    from advisor.render.site import write_site  # Jinja2 and the charts: the plots extra
+    from advisor.render.site import shown_path, write_site  # Jinja2 and the charts: the plots extra
 
     check_folder(out_dir)
-    index = write_site(reading_kb(db, source), out_dir, load_rules(), source, kb_label(db))
+    label = kb_label(db, shown_path)
+    index = write_site(reading_kb(db, source), out_dir, load_rules(), source, label, gpus)
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")

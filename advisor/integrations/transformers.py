@@ -6,11 +6,15 @@
 
 The run is written to the user's KB (or `AdvisorCallback(db=PATH)`), under source `trainer`, with what
 `advisor recommend --source trainer` ranks: the model (config, parameter count, family), the optimizer
-(`args.optim`, or the optimizer passed to the Trainer), the strategy (`gradient_checkpointing`,
+(`args.optim`, or the optimizer passed to the Trainer), the strategy (`activation_checkpointing`,
 `gradient_accumulation_steps`), dtype, batch and sequence length; the training loss of every log, the eval
 loss, step time and throughput; peak CUDA memory and peak RSS. It is claimed `running` when training
 begins, with a lease its heartbeat renews: a run that never reaches `on_train_end` (an exception, a kill)
 becomes `crashed` (`oom` for an out-of-memory error), never lost.
+
+When the run ends (on_train_end, or crashed at exit) the main process prints one line to stderr, where the
+Trainer's progress bar and transformers' own messages go (stdout stays the script's): what was recorded,
+in which KB, and the advisor command that shows it.
 
 Imports transformers (the user's script already has): the answer side never imports this module.
 """
@@ -22,6 +26,7 @@ import hashlib
 import json
 import os
 import resource
+import shlex
 import socket
 import statistics
 import sys
@@ -29,9 +34,11 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm  # the Trainer's progress bars: a line written through tqdm does not break one
 from transformers import TrainerCallback
 
 from advisor.kb import lease, store
+from advisor.kb.reader import USER_ID_OFFSET, group_ref
 from advisor.measuring.hardware import describe, pid_alive
 from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
@@ -62,6 +69,9 @@ class AdvisorCallback(TrainerCallback):
 
     def __init__(self, db: str | os.PathLike | None = None, model_name: str | None = None):
         self.path = Path(resolve_write_path(db))
+        self.alone = bool(db or os.environ.get("ADVISOR_DB"))  # read alone, as `advisor --db` reads it
+        self.main = True  # the main process (rank 0): the one that prints
+        self.run: dict = {}
         self.rules = load_rules()
         self.model_name = model_name
         self.run_id: int | None = None
@@ -79,6 +89,7 @@ class AdvisorCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         loader = kwargs.get("train_dataloader")
         run = describe_run(args, model, optimizer, loader, self.model_name, self.rules)
+        self.run, self.main = run, state.is_world_process_zero
         with store.writing(self.path) as conn:
             lease.mark_crashed(conn, pid_alive)
             self.run_id = store.insert_run(
@@ -133,6 +144,7 @@ class AdvisorCallback(TrainerCallback):
     # --- ending ----------------------------------------------------------------------------------------
 
     def _finish(self, status: str, error: str | None, state=None) -> None:
+        """The run's figures and status written, its lease let go, and (main process) its line printed."""
         if self.run_id is None:
             return
         run_id, self.run_id = self.run_id, None
@@ -144,10 +156,27 @@ class AdvisorCallback(TrainerCallback):
             )
         with store.writing(self.path) as conn:
             store.finish_run(conn, run_id, status, error, metrics)
+            group = conn.execute("SELECT grp FROM runs WHERE id = ?", [run_id]).fetchone()[0]
         if self.heartbeat is not None:
             self.heartbeat.let_go(run_id)
             self.heartbeat.__exit__(None, None, None)
             self.heartbeat = None
+        if self.main:
+            tqdm.write(self._recorded(run_id, group, status), file=sys.stderr)
+
+    def _recorded(self, run_id: int, group: int | None, status: str) -> str:
+        """The line a finished run prints: the run, its figures and group, the KB and the command to ask."""
+        ref = group_ref(group if self.alone or group is None else group + USER_ID_OFFSET)
+        what = " · ".join([self.run["model"], self.run["optimizer"], self.run["strategy"], *self._loss()])
+        where = shown_path(self.path) + (f", group {ref}" if ref else "")
+        see = command_for(self.run["family"], ref, status, self.path if self.alone else None)
+        return f"advisor: recorded run {run_id} ({status}: {what}) in {where}; see: {see}"
+
+    def _loss(self) -> list[str]:
+        """The run's loss in words: the last evaluation's, else the last logged training loss; none unlogged."""
+        if self.eval_loss is not None:
+            return [f"eval loss {self.eval_loss:.4g}"]
+        return [f"training loss {self.losses[-1]:.4g}"] if self.losses else []
 
     def _watch_for_an_unfinished_end(self) -> None:
         """An exception out of trainer.train() ends the run crashed (oom for out of memory) at the latest
@@ -171,6 +200,30 @@ class AdvisorCallback(TrainerCallback):
             "oom" if oom else "crashed",
             why or "the training ended before the Trainer's on_train_end (interrupted or raised)",
         )
+
+
+def command_for(family: str, group: str | None, status: str, db: Path | None) -> str:
+    """The advisor command that shows a recorded run: its group ranked (`recommend --group`) when it is ok
+    and of a family the rules know, else the KB's runs of its status; `--db` where the KB is read alone."""
+    named = f" --db {shell_path(db)}" if db is not None else ""
+    if status == "ok" and group and family != "unknown":
+        return f"advisor recommend --arch {family} --group {group}{named}"
+    return f"advisor kb runs --source {SOURCE} --status {status}{named}"
+
+
+def shown_path(path: Path) -> str:
+    """A path as a person reads it: ~ for the home directory."""
+    path = Path(path).absolute()
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:  # not under the home directory
+        return str(path)
+
+
+def shell_path(path: Path) -> str:
+    """A path as a shell takes it: ~ for the home directory (left unquoted, so the shell expands it)."""
+    shown = shown_path(path)
+    return f"~/{shlex.quote(shown[2:])}" if shown.startswith("~/") else shlex.quote(shown)
 
 
 def describe_run(args, model, optimizer, dataloader, model_name: str | None, rules: Rules) -> dict:
@@ -252,7 +305,12 @@ def optimizer_of(args, optimizer) -> str:
 
 
 def strategy_of(args) -> str:
-    parts = ["checkpointing"] if args.gradient_checkpointing else []
+    """The strategy in the rules' terms, from the arguments (activation_checkpointing, the deprecated
+    gradient_checkpointing's successor that transformers 5 mirrors into it)."""
+    checkpointing = getattr(args, "activation_checkpointing", None)
+    if checkpointing is None:  # a transformers without the new name
+        checkpointing = args.gradient_checkpointing
+    parts = ["checkpointing"] if checkpointing else []
     parts += ["accumulation"] if args.gradient_accumulation_steps > 1 else []
     return "+".join(parts) or "standard"
 

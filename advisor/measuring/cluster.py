@@ -280,6 +280,8 @@ def _record(ray, ref, flight: _Flight, conn) -> CellResult:
     outcome: CellOutcome = out["outcome"]
     fields = {k: out["machine"][k] for k in MACHINE_KEYS if out["machine"].get(k) != flight.run.get(k)}
     config = {**flight.run["config"], "ray": {"nodes": flight.nodes, "tries": max(len(flight.nodes), 1)}}
+    if outcome.stderr:  # what the cell's process wrote, kept with its run as on one machine
+        config["stderr"] = outcome.stderr
     fields |= built_fields(config, out["built"]) if out["built"] else {"config": config}
     store.update_run(conn, flight.run_id, **fields)
     for row in outcome.epochs:

@@ -73,6 +73,8 @@ def run_grid(
         if cells:
             isolation.start_server(rules)
         reporter.grid_start(len(cells))
+        if cells and not isolation.server_ready():  # the first seconds: the server imports torch
+            reporter.waiting(isolation.STARTING)
         for position, index in enumerate(order):
             where = {"seed": order_seed, "position": position, "cells": len(cells)}
             result = isolation.run_in_child(cells[index], db_path, conn, reporter, rules, where)

@@ -8,17 +8,26 @@ out-of-memory killer, a segfault) leaves its run `crashed`, with a sentence that
 grid goes on; Ctrl-C is recorded by the cell, then re-raised by the grid; a KBError stops the grid.
 A cell's process dies with the grid's: kill -9 of `advisor measure` leaves no cell running on (its run is
 crashed by the next grid).
+
+The server's sys.path is the grid's, whatever the current folder (`python -c` would put the folder first,
+where a copy of advisor would shadow the installed one), and what the server and its cells write on stdout
+and stderr (library warnings, log lines, a traceback) goes to a file, never through the progress bars:
+each cell's share is kept with its run (`config.stderr`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
+import json
 import multiprocessing
 import os
 import signal
+import socket
 import sqlite3
 import sys
+import tempfile
 import threading
 import traceback
 from dataclasses import dataclass
@@ -64,7 +73,12 @@ SIGNALS = {
 }
 
 
+STARTING = "starting the worker process (importing torch, transformers)…"  # said until the first cell starts
+STDERR_KEPT = 16_000  # characters of a cell's output kept with its run: the first quarter and the end
+
 _preloading = False  # whether this process has chosen its fork server's preload
+_ready = False  # whether a cell was forked from the running server: its imports are done
+_output: int | None = None  # the file the server and its cells write stdout and stderr to
 
 
 def preload(rules: Rules) -> list[str]:
@@ -92,19 +106,103 @@ def _modeling_modules(name: str, rules: Rules) -> list[str]:
 
 def start_server(rules: Rules) -> None:
     """Start the fork server now, if it is not running: it imports in the background while the grid gets
-    ready. Its preload is chosen once per process (a server that died restarts with it)."""
-    global _preloading
+    ready. Its preload is chosen once per process (a server that died restarts with it). It starts with
+    this process's sys.path and writes into the cells' output file, not on this process's terminal."""
+    global _preloading, _ready
     if not _preloading:
         multiprocessing.get_context("forkserver").set_forkserver_preload(preload(rules))
         _preloading = True
-    forkserver.ensure_running()
+    if _server_pid() is not None:
+        return
+    with _our_sys_path(), _output_to(_output_file()):
+        forkserver.ensure_running()
+    _ready = False
+
+
+def server_ready() -> bool:
+    """Whether the fork server has done its imports (it forked a cell): until then the grid says STARTING."""
+    return _ready and _server_pid() is not None
+
+
+def _server_pid() -> int | None:
+    """The pid of this process's fork server while it runs (multiprocessing keeps it, privately)."""
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    return pid if pid is not None and alive(f"{socket.gethostname()}:{pid}") else None
+
+
+@contextlib.contextmanager
+def _our_sys_path():
+    """The environment a process started in the block reads: this process's sys.path as PYTHONPATH, and no
+    current folder put in front of it (PYTHONSAFEPATH), so that it imports what this process imports."""
+    wanted = {
+        "PYTHONSAFEPATH": "1",
+        "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if os.pathsep not in p),
+    }
+    before = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def _output_to(fd: int):
+    """This process's stdout and stderr sent to `fd` during the block: what a process started meanwhile
+    inherits (the fork server, and through it every cell)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    saved = {}
+    for target in (1, 2):
+        with contextlib.suppress(OSError):  # a closed stdout stays closed afterwards
+            saved[target] = os.dup(target)
+    try:
+        for target in (1, 2):
+            os.dup2(fd, target)
+        yield
+    finally:
+        for target in (1, 2):
+            if target in saved:
+                os.dup2(saved.pop(target), target)
+            else:
+                os.close(target)
+        for kept in saved.values():
+            os.close(kept)
+
+
+def _output_file() -> int:
+    """The file the fork server and its cells write stdout and stderr to, opened once per process: unlinked
+    (it goes with this process), appended to (it is emptied once a cell's share is read)."""
+    global _output
+    if _output is None:
+        fd, path = tempfile.mkstemp(prefix="advisor-cells-", suffix=".log")
+        os.unlink(path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        _output = fd
+    return _output
+
+
+def _new_output() -> str:
+    """What the server and its cells wrote since the last call: the share of the cell that just ended (one
+    cell at a time per process; the first also has the server's own, while it imported)."""
+    if _output is None:
+        return ""
+    data = os.pread(_output, os.fstat(_output).st_size, 0)
+    os.ftruncate(_output, 0)  # writers append: they go on at the new end
+    return data.decode("utf-8", "replace")
 
 
 alive = pid_alive  # zombies count dead (advisor/measuring/hardware.py)
 
 
-def death_sentence(exitcode: int | None) -> str:
-    """What ended a cell's process that handed back no result, as a sentence for the run's error."""
+def death_sentence(exitcode: int | None, said: str = "") -> str:
+    """What ended a cell's process that handed back no result, as a sentence for the run's error; the
+    exception a traceback in what it said ends with, if one (the sentence stays one line)."""
     if exitcode is not None and exitcode < 0:
         number = -exitcode
         try:
@@ -112,7 +210,28 @@ def death_sentence(exitcode: int | None) -> str:
         except ValueError:
             name = "an unknown signal"
         return f"the cell's process was killed by signal {number} ({SIGNALS.get(number, name)})"
-    return f"the cell's process exited with code {exitcode} before handing back its result"
+    raised = last_exception(said)
+    return f"the cell's process exited with code {exitcode} before handing back its result" + (
+        f" ({raised})" if raised else ""
+    )
+
+
+def last_exception(said: str) -> str | None:
+    """The exception line ('ImportError: ...') that the last traceback in a process's output ends with."""
+    if "Traceback (most recent call last):" not in said:
+        return None
+    tail = said.rsplit("Traceback (most recent call last):", 1)[1].splitlines()
+    lines = [line for line in tail if line.strip() and not line[0].isspace()]
+    return lines[-1][:300] if lines else None
+
+
+def clipped(said: str) -> str:
+    """A cell's output as kept with its run: all of it up to STDERR_KEPT characters, else its start and its
+    end (where a traceback is), with how much was left out between."""
+    if len(said) <= STDERR_KEPT:
+        return said
+    head, tail = STDERR_KEPT // 4, STDERR_KEPT - STDERR_KEPT // 4
+    return f"{said[:head]}\n[... {len(said) - head - tail} characters left out ...]\n{said[-tail:]}"
 
 
 # --- the grid's side ----------------------------------------------------------------------------------
@@ -129,6 +248,7 @@ class _Heard:
     interrupted: bool = False
     kb_error: str | None = None
     raised: str | None = None
+    said: str = ""  # what its process wrote on stdout and stderr
 
     def take(self, message: tuple, reporter: Reporter) -> None:
         kind = message[0]
@@ -160,13 +280,17 @@ def run_in_child(
     heard, interrupted, proc = _in_child(_cell_process, args, reporter, rules)
     if interrupted or heard.interrupted:
         _mark_crashed(conn)
+        _keep_said(conn, heard.run_id, heard.said)
         raise KeyboardInterrupt
     if heard.kb_error:
         _mark_crashed(conn)
         raise KBError(heard.kb_error)
-    if heard.result is not None:
-        return heard.result
-    return _crashed(conn, cell, heard.run_id, heard.raised or death_sentence(proc.exitcode))
+    result = heard.result
+    if result is None:
+        sentence = heard.raised or death_sentence(proc.exitcode, heard.said)
+        result = _crashed(conn, cell, heard.run_id, sentence)
+    _keep_said(conn, result.run_id, heard.said)
+    return result
 
 
 def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[CellOutcome, dict | None]:
@@ -176,14 +300,17 @@ def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[Ce
     heard, interrupted, proc = _in_child(_train_process, (cell, rules), reporter, rules)
     if interrupted or heard.interrupted:
         raise KeyboardInterrupt
-    if heard.outcome is not None:
-        return heard.outcome, heard.built
-    return CellOutcome("crashed", heard.raised or death_sentence(proc.exitcode), []), heard.built
+    outcome = heard.outcome
+    if outcome is None:
+        outcome = CellOutcome("crashed", heard.raised or death_sentence(proc.exitcode, heard.said), [])
+    outcome.stderr = clipped(heard.said) if heard.said.strip() else None
+    return outcome, heard.built
 
 
 def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, bool, object]:
     """target(*args, pipe, watch, environ) in a process forked from the server, followed until it ends:
-    (what it said, whether Ctrl-C came, the process)."""
+    (what it said, on its pipe and on its stdout and stderr; whether Ctrl-C came; the process)."""
+    global _ready
     start_server(rules)
     ctx = multiprocessing.get_context("forkserver")
     reader, writer = ctx.Pipe(duplex=False)  # the cell's messages
@@ -193,6 +320,7 @@ def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, b
     try:
         with _sigint_deferred() as held:  # a started process is always waited for
             proc.start()
+        _ready = True
         writer.close()  # the child's copies are its own: its pipe ends when it does
         watch.close()
         if held:
@@ -209,6 +337,7 @@ def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, b
         finally:
             reader.close()
             alive_w.close()
+            heard.said = _new_output()
     return heard, interrupted, proc
 
 
@@ -255,6 +384,17 @@ def _crashed(conn: sqlite3.Connection, cell: GridCell, run_id: int | None, sente
     if row is not None and row[0] == "crashed":
         store.update_run(conn, run_id, error=sentence)
     return CellResult(cfg.resolved(), "crashed", run_id, error=sentence)
+
+
+def _keep_said(conn: sqlite3.Connection, run_id: int | None, said: str) -> None:
+    """What a cell's process wrote (library warnings, log lines, a traceback) kept with its run, as
+    `config.stderr` (the runs table has no column of its own for it); best effort: it is no evidence."""
+    if run_id is None or not said.strip():
+        return
+    with contextlib.suppress(KBError, sqlite3.Error, ValueError):
+        row = conn.execute("SELECT config FROM runs WHERE id = ?", [run_id]).fetchone()
+        if row is not None:
+            store.update_run(conn, run_id, config={**json.loads(row[0] or "{}"), "stderr": clipped(said)})
 
 
 def _mark_crashed(conn: sqlite3.Connection) -> None:
@@ -345,7 +485,8 @@ def _child_setup(pipe, watch, environ):
 
 
 def _said(send, e: BaseException) -> int:
-    """An exception outside the cell's training, printed and sent to the grid; the exit code."""
+    """An exception outside the cell's training, printed (into the cells' output, which the grid keeps with
+    the run) and sent to the grid; the exit code."""
     traceback.print_exc()
     first = (str(e).strip().splitlines() or [""])[0][:300]
     send(("raised", f"the cell's process raised {type(e).__name__}: {first}"))

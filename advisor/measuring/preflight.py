@@ -8,7 +8,7 @@ from advisor.measuring.config import GridCell
 from advisor.measuring.models import user_config
 from advisor.measuring.prediction import Spec, predict
 from advisor.prediction.step import tensor_peak
-from advisor.rules import Rules
+from advisor.rules import Rules, gib
 
 MARGIN = 0.9  # of the memory available now: the process, data and other programs need the rest
 
@@ -24,7 +24,7 @@ def will_not_fit(cell: GridCell, rules: Rules) -> str | None:
         return None
     where = "under --memory" if capped else "on this machine"
     return (
-        f"predicted {need:.1f} GB of tensors > {have:.1f} GB available {where} (advisor fit): not "
+        f"predicted {gib(need):.1f} GiB of tensors > {gib(have):.1f} GiB available {where} (advisor fit): not "
         f"built. --preset applies to vit, modernbert, llama and nanovlm; pass a smaller config for your own model"
     )
 

@@ -8,9 +8,11 @@ few a second), and the grid's process `replay`s them into its own Reporter."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -27,6 +29,7 @@ class Reporter:
     at the same time (a cluster's: their run ids); one cell at a time leaves it None."""
 
     def grid_start(self, total: int) -> None: ...
+    def waiting(self, what: str) -> None: ...  # what the grid waits for before its first cell starts
     def cell_start(self, config, total_steps: int, key=None) -> None: ...
     def cell_placed(self, where: str, key=None) -> None: ...  # a cluster's: the node a try started on
     def step(self, loss: float, key=None) -> None: ...
@@ -93,6 +96,27 @@ def status_style(status: str) -> str:
     return STATUS_STYLE.get(status, "default")
 
 
+FAILURES = ("failed", "crashed")  # cells that ended without an outcome of training (ok, oom, diverged, ...)
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 cell', '2 cells': a count with its noun in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def failure_causes(results: list) -> list[str]:
+    """One line per distinct cause of the cells that failed or crashed, most frequent first ('2 cells
+    failed: RuntimeError: ...'): a cause shared by every cell is said once, not once per cell."""
+    causes = Counter((r.status, r.error or "no reason recorded") for r in results if r.status in FAILURES)
+    return [f"{counted(n, 'cell')} {status}: {error}" for (status, error), n in causes.most_common()]
+
+
+def nothing_measured(results: list) -> bool:
+    """Whether no cell ended ok, or with another outcome of training or a skip, and some failed or crashed:
+    the grid measured nothing, and says so with exit code 1."""
+    return bool(results) and all(r.status in FAILURES for r in results)
+
+
 class RichReporter(Reporter):
     def __init__(self, console: Console):
         self.console = console
@@ -110,6 +134,8 @@ class RichReporter(Reporter):
         self.grid_task = None
         self.cell_tasks: dict = {}  # a bar per running cell, by key
         self.places: dict = {}  # where a cluster's cells run, by key
+        self.said: set = set()  # the causes of failed cells said so far: each is said once
+        self.waits = False  # whether the grid's bar says what it waits for
 
     def __enter__(self) -> RichReporter:
         self.progress.start()
@@ -121,7 +147,15 @@ class RichReporter(Reporter):
     def grid_start(self, total: int) -> None:
         self.grid_task = self.progress.add_task("grid", total=total, info="")
 
+    def waiting(self, what: str) -> None:
+        """Said on the grid's bar until the first cell starts."""
+        self.waits = True
+        self.progress.update(self.grid_task, info=f"[dim]{what}[/]")
+
     def cell_start(self, config, total_steps: int, key=None) -> None:
+        if self.waits:
+            self.waits = False
+            self.progress.update(self.grid_task, info="")
         self._drop(key)
         where = f" @ {self.places.pop(key)}" if key in self.places else ""
         self.cell_tasks[key] = self.progress.add_task(f"  {config.label}{where}", total=total_steps, info="")
@@ -142,9 +176,14 @@ class RichReporter(Reporter):
             self._drop(key)
         style = status_style(result.status)
         loss = f" loss {result.loss:.4g}" if result.loss is not None else ""
+        self.waits = False
         self.progress.update(self.grid_task, advance=1, info=f"last: [{style}]{result.status}[/]{loss}")
-        if result.status not in ("ok", "skipped"):
-            self.console.print(f"[{style}]{result.config.label}: {result.status}[/] — {result.error}")
+        cause = (result.status, result.error)
+        if result.status not in ("ok", "skipped") and cause not in self.said:  # a cause once, not per cell
+            self.said.add(cause)
+            self.console.print(
+                f"[{style}]{escape(result.config.label)}: {result.status}[/] — {escape(str(result.error))}"
+            )
 
 
 class PlainReporter(Reporter):
@@ -163,7 +202,10 @@ class PlainReporter(Reporter):
 
     def grid_start(self, total: int) -> None:
         self.total, self.done, self.started = total, 0, self.clock()
-        self.write(f"advisor measure: {total} cells")
+        self.write(f"advisor measure: {counted(total, 'cell')}")
+
+    def waiting(self, what: str) -> None:
+        self.write(what)
 
     def cell_placed(self, where: str, key=None) -> None:
         self.write(f"[{self.done}/{self.total}] cell {key} started on {where}")

@@ -17,12 +17,13 @@ from advisor.measuring.grid import GridRun, run_grid
 from advisor.measuring.hardware import resolve_device
 from advisor.measuring.optimizers import missing_package
 from advisor.measuring.plan import Plan, plan_cells
-from advisor.measuring.progress import Reporter
+from advisor.measuring.progress import Reporter, nothing_measured
 from advisor.measuring.runner import CellResult, plan_grid
 from advisor.measuring.shard import Shard, parse
 from advisor.measuring.tuning import Tuned, tune
 from advisor.model_ref import ResolvedModel
 from advisor.places import resolve_write_path, user_dir
+from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.rules import Rules
 
 EXECUTORS = ("local", "ray")
@@ -67,7 +68,10 @@ class MeasureRequest:
         for name in self.optimizers:
             package = missing_package(name)
             if package:
-                raise InputError(f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').", "--optimizer")
+                raise InputError(
+                    f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').",
+                    "--optimizer",
+                )
         if self.executor not in EXECUTORS:
             raise InputError(
                 f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "--executor"
@@ -181,6 +185,12 @@ class Measured:
     def results(self) -> list[CellResult]:
         return list(self.ran)
 
+    @property
+    def nothing_measured(self) -> bool:
+        """Whether no cell ended ok (or with another outcome: oom, diverged, untrained, skipped) and some
+        failed or crashed: `advisor measure` then exits with code 1."""
+        return nothing_measured(self.results)
+
     def as_dict(self) -> dict:
         return {
             "db": str(self.grid.path),
@@ -211,7 +221,8 @@ def request(models: tuple[ResolvedModel, ...], **options) -> MeasureRequest:
     """A MeasureRequest from options by their names, as `advisor measure` and `advisor.measure` take them:
     the run configuration's fields go to its base (`memory` is its memory cap); InputError for the rest."""
     if "memory" in options:
-        options["memory_cap_gb"] = options.pop("memory")
+        memory = options.pop("memory")  # GiB, the unit on the box
+        options["memory_cap_gb"] = None if memory is None else memory * GB_PER_GIB
     run = {f.name for f in fields(RunConfig)} - set(NOT_OPTIONS)
     mine = {f.name for f in fields(MeasureRequest)} - {"models", "base"}
     unknown = sorted(set(options) - run - mine)

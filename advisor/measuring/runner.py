@@ -10,6 +10,7 @@ worker can call it and hand back its outcome.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -30,7 +31,7 @@ TUNING_SOURCE = "measured:tuning"
 @dataclass
 class CellResult:
     config: RunConfig
-    status: str  # ok | oom | diverged | failed | skipped | crashed
+    status: str  # ok | oom | diverged | untrained | failed | skipped | crashed
     run_id: int | None = None
     loss: float | None = None
     epoch_time: float | None = None
@@ -87,6 +88,7 @@ class CellOutcome:
     metrics: list[tuple[str, float, str]]
     epochs: list[dict] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C: recorded as crashed, then re-raised by the caller
+    stderr: str | None = None  # what its process wrote (library warnings, a traceback), where one ran it
 
     @property
     def figures(self) -> dict[str, float]:
@@ -240,8 +242,9 @@ def train_cell(cell: GridCell, rules: Rules, reporter=None, on_built=None, on_ep
             peak = trainer.peak_memory_gb()
             status = "oom"
             error = f"out of memory ({_first_line(e)})" + (f"; peak {peak:.2f} GB" if peak else "")
-        else:
+        else:  # the traceback goes to stderr: a cell's process keeps it with the run (config.stderr)
             status, error = "failed", f"{type(e).__name__}: {_first_line(e)}"
+            traceback.print_exc()
     outcome = CellOutcome(status, error, trainer.metrics(), list(trainer.epochs), interrupted)
     trainer.release()
     return outcome

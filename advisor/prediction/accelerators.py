@@ -8,7 +8,7 @@ import os
 import re
 
 from advisor.errors import InputError
-from advisor.rules import Accelerator, Rules
+from advisor.rules import GB_PER_GIB, Accelerator, Rules, gib  # noqa: F401 (the units, where accelerators are)
 
 PRECISION = {"fp32": "fp32", "bf16-mixed": "bf16", "bf16": "bf16", "fp16-mixed": "fp16"}  # dtype -> peak used
 
@@ -37,10 +37,20 @@ def find(name: str, rules: Rules) -> Accelerator | None:
 
 
 def resolve(name: str, rules: Rules) -> Accelerator:
-    """The accelerator a --gpu value names; UnknownAccelerator with the close matches otherwise."""
+    """The accelerator a --gpu value names, or the one it begins the name of ('mi300' for MI300X);
+    UnknownAccelerator listing the choices when it begins several ('A100': 40 or 80 GB) or none."""
     found = find(name, rules)
     if found is not None:
         return found
+    key = normalize(name)
+    starts = sorted(
+        {a.key for a in rules.accelerators.values() for n in _names(a) if key and n.startswith(key)}
+    )
+    if len(starts) == 1:
+        return rules.accelerators[starts[0]]
+    if len(starts) > 1:
+        listed = ", ".join(f"{k} ({rules.accelerators[k].memory_gib:g} GB)" for k in starts)
+        raise UnknownAccelerator(f"--gpu {name} could mean {listed}: name one of them.")
     choices = {n: a.key for a in rules.accelerators.values() for n in _names(a)}
     close = difflib.get_close_matches(normalize(name), list(choices), n=6, cutoff=0.5)
     suggest = sorted({choices[c] for c in close}) or sorted(rules.accelerators)

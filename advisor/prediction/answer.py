@@ -76,6 +76,12 @@ class FitAnswer:
         return self.rows[0] if self.rows and self.rows[0].fits else None
 
     @property
+    def best(self) -> Row | None:
+        """The pick, by the name a one-liner reads: `TrainingArguments(**advisor.fit(...).best.training_arguments)`;
+        None when nothing fits one accelerator (then `.several`)."""
+        return self.pick
+
+    @property
     def several(self) -> Row | None:
         """When nothing fits one accelerator: the ladder's last rung, the fewest that hold it, if any do."""
         last = self.ladder[-1] if self.ladder else None
@@ -97,6 +103,7 @@ class FitAnswer:
             "accelerator": {
                 "name": q.accelerator.name if q.accelerator else "custom budget",
                 "memory_gb": round(q.budget_gb, 3),
+                "memory_gib": round(accelerators.gib(q.budget_gb), 3),  # the unit on the box
             },
             "dtypes": list(q.dtypes),
             "batch_size": q.batch_size,
@@ -403,7 +410,7 @@ def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:
     out = [
         f"Traced: one training step of {q.model.name} built from its config under fake tensors (no weight "
         "allocated), the model computing its own loss as Trainer does; sequences of the full length, no padding.",
-        f"Fits: a total within {1 - fit['fits']['headroom']:.0%} of {q.budget_gb:.1f} GB. "
+        f"Fits: a total within {1 - fit['fits']['headroom']:.0%} of {accelerators.gib(q.budget_gb):.4g} GiB. "
         + fit["fits"]["source"],
     ]
     if q.device == "cpu":

@@ -24,7 +24,9 @@ class FitOptions:
     An empty tuple means the default menu of that axis."""
 
     gpu: str | None = None  # the accelerator by name: A100-80GB, H100, RTX4090, cpu (rules/hardware.toml)
-    memory: float | None = None  # the memory budget in GB, instead of (or overriding) the accelerator's
+    memory: float | None = (
+        None  # the memory budget in GiB (the unit on the box), instead of (or overriding) the accelerator's
+    )
     batch_size: int = 1  # micro-batch size (per_device_train_batch_size)
     seq_len: int | None = None  # tokens per sample; None: the family's default, capped at the model's maximum
     image_size: int | None = None  # image side in pixels; None: the config's
@@ -106,7 +108,11 @@ def question(
     acc = accelerator or (accelerators.resolve(options.gpu, rules) if options.gpu else None)
     if acc is None and options.memory is None:
         raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GB.", "--gpu")
-    budget = options.memory if options.memory is not None else accelerators.memory_gb(acc)
+    budget = (
+        options.memory * accelerators.GB_PER_GIB
+        if options.memory is not None
+        else accelerators.memory_gb(acc)
+    )
     _check_numbers(options)
     _check_names(options, rules)
     lora = _lora(options)
@@ -268,7 +274,10 @@ class Menu:
     def _check_installed(self, name: str) -> None:
         if not installed(self.rules, name):
             package = self.rules.optimizer_info[name].package
-            raise InputError(f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').", "--optimizer")
+            raise InputError(
+                f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').",
+                "--optimizer",
+            )
 
     def offloads(self, adapter: str, dtype: str, optimizer: str, sharding: str = "none") -> tuple[str, ...]:
         hostable = self.rules.optimizer_info[optimizer].offload and not self.cpu

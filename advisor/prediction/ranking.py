@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.prediction.accelerators import gib
 from advisor.prediction.row import Row
 
 RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "QLoRA", "offload")
@@ -74,10 +75,10 @@ class Rung:
             return SEVERAL_GPUS + "."
         r = self.row
         speed = f", {r.tokens_per_s:,.0f} tokens/s" if r.tokens_per_s else ""
-        host = f" (+{r.host_gb:.1f} GB on the host)" if r.host_gb >= 0.05 else ""
+        host = f" (+{gib(r.host_gb):.1f} GiB on the host)" if r.host_gb >= 0.05 else ""
         verdict = "fits" if r.fits else "does not fit"
         per = " per rank" if r.world > 1 else ""
-        return f"{self.name}: {r.label}, {r.total:.1f} GB{per}{host}{speed}: {verdict}."
+        return f"{self.name}: {r.label}, {gib(r.total):.1f} GiB{per}{host}{speed}: {verdict}."
 
     def as_dict(self) -> dict:
         return {

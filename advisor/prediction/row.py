@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from advisor.prediction.question import Question
+from advisor.prediction.snippets import keyword_arguments
 from advisor.prediction.step import Adapter, Config
 
 
@@ -47,8 +48,10 @@ class Row:
 
     @property
     def training_arguments(self) -> dict:
-        """TrainingArguments for the configuration (snippets.py)."""
-        return self._code[0]
+        """TrainingArguments' keyword arguments, as the printed snippet passes them (output_dir 'out'), from
+        the dict the snippet is written from: `TrainingArguments(**row.training_arguments)`. A fresh copy each
+        read, so changing it changes no snippet; HSDP's parallelism_config an accelerate ParallelismConfig."""
+        return keyword_arguments(self._code[0])
 
     @property
     def trainer_code(self) -> str:
@@ -109,6 +112,6 @@ class Row:
             "tokens_per_s": self.tokens_per_s,
             "adamw_class": self.adamw,
             "trade": self.trade,
-            "training_arguments": self.training_arguments,
+            "training_arguments": self._code[0],  # as --json prints it: parallelism_config as its fields
             "code": self.trainer_code,
         }

@@ -5,6 +5,8 @@ ZeRO-Offload where the optimizer is offloaded. `train_dataset` is the user's."""
 
 from __future__ import annotations
 
+import copy
+
 from advisor.prediction.question import Question
 from advisor.prediction.step import Adapter, Config
 from advisor.rules import Rules
@@ -100,12 +102,25 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
 
 
 def _arguments(args: dict) -> list[str]:
+    """The snippet's `args = TrainingArguments(...)`, one keyword a line, from the dict keyword_arguments reads."""
     return ["args = TrainingArguments("] + [f"    {k}={_literal(k, v)}," for k, v in args.items()] + [")"]
 
 
 def _literal(key: str, value) -> str:
     """An argument as Python source: its repr, or the object a dict of its fields stands for."""
     return f"ParallelismConfig(**{value!r})" if key == "parallelism_config" else repr(value)
+
+
+def keyword_arguments(args: dict) -> dict:
+    """TrainingArguments' keyword arguments as the snippet passes them, from the same dict (so they cannot
+    drift): a deep copy, HSDP's parallelism_config built as _literal writes it (accelerate imported only then:
+    in the user's training script, never on `advisor fit`'s path)."""
+    out = copy.deepcopy(args)
+    if "parallelism_config" in out:
+        from accelerate.parallelism_config import ParallelismConfig
+
+        out["parallelism_config"] = ParallelismConfig(**out["parallelism_config"])
+    return out
 
 
 def training_arguments(q: Question, c: Config, rules: Rules) -> dict:

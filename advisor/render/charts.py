@@ -8,6 +8,7 @@ Imported only by the commands that draw (the `plots` extra): answering stays as 
 from __future__ import annotations
 
 import functools
+import math
 
 import altair as alt
 import vl_convert
@@ -15,7 +16,9 @@ import vl_convert
 from advisor.answers.flowchart import BestPath
 from advisor.answers.frontier import Frontier, LeftOut
 from advisor.answers.pareto import FrontierPoint
+from advisor.answers.recommendation import equivalence_margin
 from advisor.render.numbers import fmt
+from advisor.render.plot import point_labels
 from advisor.rules import Metric, Rules
 
 FRONTIER, NOISE, DOMINATED, EXCLUDED = (
@@ -54,6 +57,24 @@ AXIS = alt.Axis(tickCount=6, labelOverlap=True, labelFlush=True)
 GRID_AXIS = {"labelFontSize": 13, "domain": False, "ticks": False, "labelPadding": 8}
 PNG_SCALE = 2  # PNG pixels per chart pixel: sharp in a paper or on a slide
 FRONTIER_SIZE = (640, 420)  # the whole picture, axes and legend included (autosize "fit")
+PERCENT_CAP = 100.0  # a share in % (utilization): its axis never runs past it
+KEY_TITLE = "Key: the other points, lettered as in advisor frontier's table"
+KEY_STRATEGY = {  # strategies as the key names them (its title says so): four columns fit a picture
+    "standard": "std",
+    "checkpointing": "ckpt",
+    "selective-checkpointing": "sel-ckpt",
+    "accumulation": "accum",
+    "accumulation-equal-samples": "accum-eq",
+    "checkpointing+accumulation": "ckpt+accum",
+}
+KEY_FONT = 10  # px: the key legend's labels (20 in a PNG)
+KEY_CHAR_PX = 5.0  # the width of a character of the key, about (4.8 measured, in Liberation Sans)
+KEY_SYMBOL_PX = 8  # what Vega keeps before each label for its (hidden) symbol, about
+KEY_COLUMN_GAP = 12  # px between the key's columns
+KEY_MOST_COLUMNS = 6
+KEY_INDENT = 80  # px of the picture left of the key: it starts where the plot does, past the y axis
+KEY_LINE_PX = 13  # px per line of the key
+KEY_TITLE_GAP = 6  # px between the key's title and its entries
 
 
 def axis_title(metric: Metric) -> str:
@@ -62,19 +83,32 @@ def axis_title(metric: Metric) -> str:
     return f"{metric.label}{unit} ({'lower' if metric.direction == 'min' else 'higher'} is better)"
 
 
-def frontier_chart(front: Frontier, rules: Rules, size: tuple[int, int] = FRONTIER_SIZE) -> alt.LayerChart:
+def frontier_chart(
+    front: Frontier, rules: Rules, size: tuple[int, int] = FRONTIER_SIZE, grow: bool = False
+) -> alt.LayerChart:
     """Every configuration at its means with its seed intervals, the frontier's staircase, points within
-    noise marked, excluded ones greyed (the reason on hover); axes with units and direction."""
+    noise marked, excluded ones greyed (the reason on hover); the frontier's points named beside them, every
+    other one lettered and its letter keyed in a legend (a PNG has no hover); axes with units and direction
+    that never stretch a practically equal difference across the whole plot. `grow`: the picture taller by
+    its key (a page's; a PNG keeps the size --help states)."""
     xm, ym = rules.metric(front.x), rules.metric(front.y)
-    domains = _domains(front.points, ym.direction)
-    rows = [_point_row(p, xm, ym) for p in front.points]
-    rows += [_excluded_row(e, xm, ym, domains) for e in front.excluded if e.x is not None and e.y is not None]
-    place_labels(rows, domains, xm.direction, ym.direction, size)
+    domains = _domains(front.points, xm, ym, rules)
+    drawn = [e for e in front.excluded if e.x is not None and e.y is not None]
+    rows = [_point_row(p, xm, ym) for p in front.points] + [_excluded_row(e, xm, ym) for e in drawn]
+    for r in rows:
+        _keep_on_scale(r, domains)
+    _keyed(rows)
+    columns = key_columns(rows, size[0])
+    key = key_height(rows, columns, size[0])
+    if grow:
+        size = (size[0], size[1] + key)
+    place_labels(rows, domains, xm.direction, ym.direction, _plot_area(size, 0 if grow else key))
     base = alt.Chart(alt.Data(values=rows))
     x, y = _position(alt.X, "x", xm, domains[0]), _position(alt.Y, "y", ym, domains[1])
     present = [s for s in STYLE if any(r["status"] == s for r in rows)]
     colour, shape = _by_status(alt.Color, 0, present), _by_status(alt.Shape, 1, present)
     names = {
+        "key": "point",
         "config": "configuration",
         "status": "status",
         "x_text": front.x,
@@ -93,6 +127,7 @@ def frontier_chart(front: Frontier, rules: Rules, size: tuple[int, int] = FRONTI
         .mark_line(interpolate="step-after" if xm.direction == "min" else "step-before", strokeWidth=2)
         .encode(x=x, y=y, color=alt.value(STYLE[FRONTIER][0]), order="x:Q"),
         *_label_layers(base, rows, x, y),
+        *_key_layer(base, rows, x, y, columns, size[0]),
         base.mark_point(filled=True, size=110, opacity=0.95, clip=True).encode(  # last: no label hides one
             x=x, y=y, color=colour, shape=shape, tooltip=tooltip
         ),
@@ -108,20 +143,102 @@ def _position(channel, field: str, metric: Metric, domain: list[float]):
 
 
 def _by_status(channel, style: int, present: list[str]):
-    """Colour (style 0) or shape (1) by status, over the statuses the chart has (the legend lists those)."""
-    return channel(
-        "status:N", title=None, scale=alt.Scale(domain=present, range=[STYLE[s][style] for s in present])
+    """Colour (style 0) or shape (1) by status, over the statuses the chart has: their legend above the plot
+    (the key of the lettered points takes the bottom)."""
+    scale = alt.Scale(domain=present, range=[STYLE[s][style] for s in present])
+    return channel("status:N", title=None, scale=scale, legend=alt.Legend(orient="top"))
+
+
+def _keyed(rows: list[dict]) -> None:
+    """Each row's letter (the ranked points' as `advisor frontier`'s table letters them, then the excluded
+    ones'), and what is written beside its point: a frontier point's name, any other point's letter, keyed
+    to its configuration in the legend."""
+    for r, letter in zip(rows, point_labels(rows), strict=True):
+        named = r["status"] == FRONTIER
+        r["key"] = letter
+        r["text"] = r["config"] if named else letter
+        r["entry"] = None if named else f"{letter} {short_config(r['optimizer'], r['strategy'])}"
+
+
+def short_config(optimizer: str, strategy: str) -> str:
+    """A configuration as the key names it: the strategy shortened ('adamw + ckpt'), the key's title says how."""
+    return f"{optimizer} + {KEY_STRATEGY.get(strategy, strategy)}"
+
+
+def key_columns(rows: list[dict], width: int) -> int:
+    """The most columns of the key that fit across the picture, entries laid out row by row, each column as
+    wide as its longest entry."""
+    lengths = [len(r["entry"]) for r in rows if r["entry"]]
+    for columns in range(min(KEY_MOST_COLUMNS, len(lengths)), 1, -1):
+        widest = [max(lengths[c::columns]) * KEY_CHAR_PX + KEY_SYMBOL_PX for c in range(columns)]
+        if sum(widest) + KEY_COLUMN_GAP * (columns - 1) <= width - KEY_INDENT:
+            return columns
+    return 1
+
+
+def key_rows(rows: list[dict], columns: int) -> int:
+    """Lines the key takes (0: every point is named on the plot)."""
+    keyed = sum(1 for r in rows if r["entry"])
+    return -(-keyed // columns)
+
+
+def key_title(rows: list[dict], width: int) -> list[str]:
+    """The key's title: what its letters are, then the short names of the strategies it uses, in lines that
+    fit the picture (a title line too long would end in an ellipsis)."""
+    used = {r["strategy"] for r in rows if r["entry"]}
+    said = [f"{short} = {name}" for name, short in KEY_STRATEGY.items() if name in used]
+    most = int((width - KEY_INDENT) / KEY_CHAR_PX)
+    lines = [KEY_TITLE]
+    for part in said:
+        if len(lines) > 1 and len(lines[-1]) + len(part) + 2 <= most:
+            lines[-1] += f"; {part}"
+        else:
+            lines.append(part)
+    return lines
+
+
+def key_height(rows: list[dict], columns: int, width: int) -> int:
+    """The key's pixels, about: its title's lines and its entries' (0: every point is named on the plot)."""
+    lines = key_rows(rows, columns)
+    return (len(key_title(rows, width)) * KEY_LINE_PX + KEY_TITLE_GAP + lines * KEY_LINE_PX) if lines else 0
+
+
+def _key_layer(base, rows: list[dict], x, y, columns: int, width: int) -> list:
+    """The legend that keys every lettered point to its configuration: an empty text mark per such point,
+    whose opacity channel is there for its legend only (its symbols hidden: the letters are the symbols)."""
+    entries = [r["entry"] for r in rows if r["entry"]]
+    if not entries:
+        return []
+    legend = alt.Legend(
+        title=key_title(rows, width),
+        orient="bottom",
+        direction="horizontal",
+        columns=columns,
+        symbolSize=0,
+        symbolOpacity=0,
+        labelOffset=0,
+        labelFontSize=KEY_FONT,
+        labelLimit=0,
+        titleLimit=width - KEY_INDENT,
+        rowPadding=1,
+        columnPadding=KEY_COLUMN_GAP,
+        titleFontSize=KEY_FONT,
+        titleFontWeight="normal",
+        titleColor="#475569",
     )
+    scale = alt.Scale(domain=entries, range=[1] * len(entries))  # ordinal: in the key's order, letters'
+    opacity = alt.Opacity("entry:O", scale=scale, legend=legend)
+    return [base.transform_filter("datum.entry").mark_text(text="").encode(x=x, y=y, opacity=opacity)]
 
 
 def _label_layers(base, rows: list[dict], x, y) -> list:
-    """The frontier points' names where place_labels put them, each twice: a white halo under the ink keeps
+    """Each point's name or letter where place_labels put it, each twice: a white halo under the ink keeps
     it readable over lines and bars."""
-    placements = sorted({r["label"] for r in rows if r["status"] == FRONTIER})  # "right below", ...
+    placements = sorted({r["label"] for r in rows})  # "right below", ...
     return [
-        base.transform_filter(f"datum.status === '{FRONTIER}' && datum.label === '{where}'")
+        base.transform_filter(f"datum.label === '{where}'")
         .mark_text(align=side, dx=LABEL_DX[side], dy=LABEL_DY[level], fontSize=12, **ink)
-        .encode(x=x, y=y, text="config:N")
+        .encode(x=x, y=y, text="text:N")
         for ink in ({"stroke": "white", "strokeWidth": 4, "strokeOpacity": 0.85}, {"color": "#1e293b"})
         for where in placements
         for side, level in [where.split()]
@@ -177,24 +294,50 @@ def excluded_summary(excluded: list[LeftOut], most: int = 4) -> str:
     return "; ".join(parts)
 
 
-def _domains(points: list[FrontierPoint], y_dir: str) -> tuple[list[float], list[float]]:
-    """Each axis' range over the ranked points and their intervals, padded (more on the better y, where the
-    frontier's labels go); excluded points never stretch it."""
-    out = []
-    for axis in ("x", "y"):
-        values = [getattr(p, axis) for p in points]
-        values += [v for p in points for v in (getattr(p, f"{axis}_ci") or ())]
-        lo, hi = min(values), max(values)
-        pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 1.0
-        low, high = (
-            (2 * pad, pad)
-            if axis == "y" and y_dir == "min"
-            else (pad, 2 * pad)
-            if axis == "y"
-            else (pad, pad)
-        )
-        out.append([lo - low, hi + high])
-    return out[0], out[1]
+def _domains(
+    points: list[FrontierPoint], xm: Metric, ym: Metric, rules: Rules
+) -> tuple[list[float], list[float]]:
+    """Each axis' range over the ranked points and their intervals (excluded points never stretch it), padded:
+    more on the better y, where the frontier's labels go."""
+    x = _domain(_axis_values(points, "x"), xm, rules, (1, 1))
+    y = _domain(_axis_values(points, "y"), ym, rules, (2, 1) if ym.direction == "min" else (1, 2))
+    return x, y
+
+
+def _axis_values(points: list[FrontierPoint], axis: str) -> list[float]:
+    """An axis' means and interval ends over the ranked points."""
+    return [getattr(p, axis) for p in points] + [v for p in points for v in (getattr(p, f"{axis}_ci") or ())]
+
+
+def least_span(metric: Metric, rules: Rules, value: float) -> float:
+    """The narrowest an axis of the metric may be around `value`: twice the rules' equivalence margin of it
+    (rules/flowchart.toml; never under the tie tolerance). A difference the rules read as practically equal
+    then spans at most half the plot, and one under the tie tolerance a few percent of it: the VLM's
+    0.04 % time difference is a dot, not the whole height."""
+    ranking = rules.flowchart["ranking"]
+    return 2 * max(equivalence_margin(rules, metric), ranking["tie_tolerance"]) * abs(value)
+
+
+def _domain(values: list[float], metric: Metric, rules: Rules, room: tuple[int, int]) -> list[float]:
+    """The range of one axis: the values, widened to least_span, padded by a tenth each side (`room` tenths),
+    then kept to what the metric can be."""
+    lo, hi = min(values), max(values)
+    least = least_span(metric, rules, max(abs(lo), abs(hi)))
+    if hi - lo < least:
+        lo, hi = (lo + hi - least) / 2, (lo + hi + least) / 2
+    pad = (hi - lo) * 0.1 or 1.0  # a span of 0: one value of 0
+    return _bounded([lo - room[0] * pad, hi + room[1] * pad], values, metric, least)
+
+
+def _bounded(domain: list[float], values: list[float], metric: Metric, least: float) -> list[float]:
+    """A range never below zero where no value is (a loss, a time, a memory cannot be), never past 100 for
+    a share in % (utilization), and still `least` wide after either cut."""
+    floor = 0.0 if min(values) >= 0 else -math.inf
+    ceiling = PERCENT_CAP if metric.unit == "%" else math.inf
+    low, high = max(domain[0], floor), min(domain[1], ceiling)
+    if high - low < least:
+        low, high = (max(floor, high - least), high) if high == ceiling else (low, min(ceiling, low + least))
+    return [low, high]
 
 
 def _value_text(value: float, ci, unit: str) -> str:
@@ -209,6 +352,8 @@ def _point_row(p: FrontierPoint, xm: Metric, ym: Metric) -> dict:
     (x_lo, x_hi), (y_lo, y_hi) = p.x_ci or (None, None), p.y_ci or (None, None)
     return dict(
         config=f"{p.optimizer} + {p.strategy}",
+        optimizer=p.optimizer,
+        strategy=p.strategy,
         status=status,
         x=p.x,
         y=p.y,
@@ -223,32 +368,48 @@ def _point_row(p: FrontierPoint, xm: Metric, ym: Metric) -> dict:
     )
 
 
-def _excluded_row(e: LeftOut, xm: Metric, ym: Metric, domains) -> dict:
-    """An excluded configuration, greyed; one beyond the ranked points' range sits on the edge, said on hover."""
-    x, y = (_clamp(v, d) for v, d in ((e.x, domains[0]), (e.y, domains[1])))
-    edge = " (drawn at the edge: off the scale)" if (x, y) != (e.x, e.y) else ""
+def _excluded_row(e: LeftOut, xm: Metric, ym: Metric) -> dict:
+    """An excluded configuration, greyed, with the reason on hover."""
     return dict(
         config=f"{e.optimizer} + {e.strategy}",
+        optimizer=e.optimizer,
+        strategy=e.strategy,
         status=EXCLUDED,
-        x=x,
-        y=y,
+        x=e.x,
+        y=e.y,
         x_text=fmt(e.x, xm.unit),
         y_text=fmt(e.y, ym.unit),
-        note=e.reason + edge,
+        note=e.reason,
         label="left above",
     )
 
 
+def _keep_on_scale(row: dict, domains) -> None:
+    """A point beyond the axes' range (an excluded one, or a share above 100 %) moved onto its edge, seen
+    whole, and said so on hover."""
+    x, y = (_clamp(row[k], d) for k, d in (("x", domains[0]), ("y", domains[1])))
+    if (x, y) != (row["x"], row["y"]):
+        row.update(x=x, y=y, note=row["note"] + " (drawn at the edge: off the scale)")
+
+
 def _clamp(value: float, domain: list[float]) -> float:
     """The value, or the point half-way into the padding on the side it is off the scale (seen whole)."""
+    if domain[0] <= value <= domain[1]:
+        return value
     inset = (domain[1] - domain[0]) * 0.035
     return min(max(value, domain[0] + inset), domain[1] - inset)
 
 
-def place_labels(rows: list[dict], domains, x_dir: str, y_dir: str, size: tuple[int, int]) -> None:
-    """Each frontier label where it covers the least of the other labels and points, inside the plot; first
-    choice the side of its point that nothing dominates (better x and y), where the staircase is not."""
-    plot = (size[0] - 90, size[1] - 170)  # the plot area: the picture less axes, titles and legend (about)
+def _plot_area(size: tuple[int, int], key: int) -> tuple[float, float]:
+    """The plot area in pixels, about: the picture less axes, titles, the status legend and the key (`key`
+    pixels of it; 0 where the picture was grown by it)."""
+    return size[0] - 90, max(60, size[1] - 170 - key)
+
+
+def place_labels(rows: list[dict], domains, x_dir: str, y_dir: str, plot: tuple[float, float]) -> None:
+    """Each point's text (a frontier point's name, another's letter) where it covers the least of the other
+    texts and points, inside the plot: the frontier's names first, each first choice the side of its point
+    that nothing dominates (better x and y), where the staircase is not."""
     (x_lo, x_hi), (y_lo, y_hi) = domains
     spots = [
         ((r["x"] - x_lo) / (x_hi - x_lo) * plot[0], (y_hi - r["y"]) / (y_hi - y_lo) * plot[1]) for r in rows
@@ -258,10 +419,9 @@ def place_labels(rows: list[dict], domains, x_dir: str, y_dir: str, size: tuple[
     better, worse = ("right", "left") if x_dir == "min" else ("left", "right")  # text anchors
     levels = ("below", "above") if y_dir == "min" else ("above", "below")
     choices = [(side, level) for level in levels for side in (better, "center", worse)]
-    for r, (x, y) in sorted(zip(rows, spots, strict=True), key=lambda rs: rs[1][0]):
-        if r["status"] != FRONTIER:
-            continue
-        boxes = {c: _label_box(x, y, len(r["config"]) * CHAR_PX, *c) for c in choices}
+    order = sorted(zip(rows, spots, strict=True), key=lambda rs: (rs[0]["status"] != FRONTIER, rs[1][0]))
+    for r, (x, y) in order:
+        boxes = {c: _label_box(x, y, len(r["text"]) * CHAR_PX, *c) for c in choices}
         inside = {
             c: 0 <= b[0] and b[2] <= plot[0] and 0 <= b[1] and b[3] <= plot[1] for c, b in boxes.items()
         }

@@ -12,18 +12,24 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.prediction.accelerators import memory_gb
+from advisor.model_ref import shipped_models
+from advisor.prediction.accelerators import gib
 from advisor.render.numbers import fmt
 from advisor.rules import Rules
 
+MORE = "--verbose: configurations, memory breakdown, code, assumptions · --code · --json"
 
-def fit_view(answer, everything: bool = False) -> RenderableType:
-    """`advisor fit`: the model and accelerator, the pick (or the ladder to one), the configurations that
-    matter, where their memory goes, how to run the pick, and what the numbers rest on."""
-    rows = answer.shown(everything)
-    parts = [_fit_head(answer)]
+
+def fit_view(answer, everything: bool = False, verbose: bool = False) -> RenderableType:
+    """`advisor fit`: the model and accelerator, the pick (or the ladder to one); with `verbose` (or
+    `everything`), the configurations that matter, where their memory goes, how to run the pick, and what
+    the numbers rest on. The short answer stays about 15 lines: the question people have first."""
+    parts = [_fit_head(answer, verbose or everything)]
     if answer.ladder:
         parts.append(_ladder(answer))
+    if not (verbose or everything):
+        return RGroup(*parts, Text(MORE, style="dim"))
+    rows = answer.shown(everything)
     parts += [_fit_table(answer, rows), _memory_table(rows)]
     trades = {r.optimizer: r.trade for r in rows if r.trade}
     if trades:
@@ -40,7 +46,7 @@ def fit_view(answer, everything: bool = False) -> RenderableType:
         else "The smallest configuration"
     )
     parts.append(Text(f"{label} ({shown.label}):", style="bold"))
-    parts.append(Text(shown.trainer_code + "\n"))
+    parts.append(Text(shown.trainer_code + "\n", no_wrap=True, overflow="ignore"))  # code copies as is
     if shown.launch:
         parts.append(
             Text(
@@ -76,7 +82,8 @@ def first_sentence(text: str) -> str:
     return text
 
 
-def _fit_head(answer) -> Panel:
+def _fit_head(answer, verbose: bool) -> Panel:
+    """The question in two lines, then the pick and how many configurations fit."""
     q = answer.question
     head = Text()
     family = q.model.family.name if q.model.listed else "unknown family"
@@ -88,34 +95,42 @@ def _fit_head(answer) -> Panel:
     if q.world > 1:
         nodes = f" × {q.nodes} nodes" if q.nodes > 1 else ""
         where = f"{q.gpus} × {where}{nodes}, per rank"
-    head.append(f"{where}: {q.budget_gb:.1f} GB · micro-batch {q.batch_size}")
+    head.append(f"{where}: {gib(q.budget_gb):.4g} GiB · batch {q.batch_size}")
     head.append(f" × {q.seq_len} tokens" if q.seq_len else "")
     head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
-    head.append(f" · accumulation {q.accumulation_steps} · attention {answer.attention}\n")
+    head.append(f" · accumulating {q.accumulation_steps}")
+    head.append(f" · attention {answer.attention}\n" if verbose else "\n")
     pick, n = answer.pick, len(answer.rows)
     if pick:
         speed = f", {pick.tokens_per_s:,.0f} tokens/s" if pick.tokens_per_s else ""
-        head.append(f"{len(answer.fitting)} of {n} configurations fit. ", style="bold green")
-        head.append(f"The pick: {pick.label} ({pick.total:.1f} GB{speed})")
+        head.append("The pick: ", style="bold green")
+        head.append(f"{pick.label}\n", style="bold")
+        head.append(f"{gib(pick.total):.1f} GiB{speed} · {len(answer.fitting)} of {n} configurations fit")
     elif answer.several:
         r = answer.several
         head.append(f"None of {n} configurations fits one GPU. ", style="bold yellow")
-        head.append(f"The fewest that hold it: {r.label} ({r.total:.1f} GB per rank)")
+        head.append(f"The fewest that hold it: {r.label} ({gib(r.total):.1f} GiB per rank)")
     else:
         head.append(f"None of {n} configurations fits.", style="bold red")
-    cache = (
-        "every prediction from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
-    )
+    cache = "from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
     shown = len(answer.shown())
-    more = f" · {shown} of {n} shown (--all for every one)" if shown < n else ""
-    head.append(f"\n{cache}{more}", style="dim")
+    more = f" · {shown} of {n} shown (--all for every one)" if verbose and shown < n else ""
+    head.append(f" · {cache}{more}", style="dim")
     return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
 
 
 def _ladder(answer) -> Text:
+    """Each lever in turn, a line each: ✓ or ✗, what it changes, its memory (the sentences: --json)."""
     text = Text("Nothing as asked fits. The ladder, lever by lever:\n", style="bold yellow")
     for rung in answer.ladder:
-        text.append(f"{'✓' if rung.fits else '✗'} {rung.sentence}\n", style="green" if rung.fits else None)
+        if rung.row is None:
+            text.append(f"✗ {rung.sentence}\n")
+            continue
+        r = rung.row
+        host = f" (+{gib(r.host_gb):.1f} host)" if r.host_gb >= 0.05 else ""
+        per = " per rank" if r.world > 1 else ""
+        line = f"{'✓' if rung.fits else '✗'} {rung.name}: {r.label}: {gib(r.total):.1f} GiB{per}{host}\n"
+        text.append(line, style="green" if rung.fits else None)
     return text
 
 
@@ -142,7 +157,7 @@ def _what(r) -> str:
 def _fit_table(answer, rows) -> Table:
     table = Table(title="Configurations (the pick first)", title_justify="left", box=None, pad_edge=False)
     rate = "tok/s" if answer.question.seq_len else "samples/s"
-    for col in ("#", "adapter dtype optimizer strategy", "fits", "GB", "host", "batch", rate):
+    for col in ("#", "adapter dtype optimizer strategy", "fits", "GiB", "host", "batch", rate):
         table.add_column(
             col,
             justify="left" if col[0] in "af" else "right",
@@ -154,8 +169,8 @@ def _fit_table(answer, rows) -> Table:
             str(i),
             _what(r),
             "[green]✓[/green]" if r.fits else "[red]✗[/red]",
-            f"{r.total:.1f}",
-            f"{r.host_gb:.1f}" if r.host_gb >= 0.05 else "",
+            f"{gib(r.total):.1f}",
+            f"{gib(r.host_gb):.1f}" if r.host_gb >= 0.05 else "",
             str(r.max_batch_size) if r.max_batch_size else "—",
             speed,
         )
@@ -164,7 +179,7 @@ def _fit_table(answer, rows) -> Table:
 
 def _memory_table(rows) -> Table:
     table = Table(
-        title="Where the memory goes (GB at the step's peak; # as above)",
+        title="Where the memory goes (GiB at the step's peak; # as above)",
         title_justify="left",
         box=None,
         pad_edge=False,
@@ -183,7 +198,21 @@ def _memory_table(rows) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("peak at")
     for i, r in enumerate(rows, 1):
-        table.add_row(str(i), *(f"{r.memory_gb[c]:.1f}" for c in cols), r.peak_phase.rstrip("0123456789"))
+        table.add_row(
+            str(i), *(f"{gib(r.memory_gb[c]):.1f}" for c in cols), r.peak_phase.rstrip("0123456789")
+        )
+    return table
+
+
+def models_view() -> Table:
+    """`--list-models`: the published models advisor ships configs of, with their Hub ids and aliases."""
+    table = Table(
+        title="Published models (models/index.toml): --model takes any name of a row", show_edge=False
+    )
+    for col in ("--model", "Hugging Face id", "also"):
+        table.add_column(col, no_wrap=col != "also")
+    for name, entry in shipped_models().items():
+        table.add_row(name, entry["hub"], ", ".join(entry.get("aliases", ())))
     return table
 
 
@@ -194,13 +223,13 @@ def gpus_view(rules: Rules) -> Table:
         show_edge=False,
         pad_edge=False,
     )
-    for col in ("--gpu", "name", "GB", "bf16", "fp16", "fp32", "mem GB/s", "link GB/s"):
+    for col in ("--gpu", "name", "GiB", "bf16", "fp16", "fp32", "mem GB/s", "link GB/s"):
         table.add_column(col, no_wrap=col == "--gpu")
     for key, a in rules.accelerators.items():
         table.add_row(
             key,
             a.name,
-            f"{memory_gb(a):.1f}",
+            "host" if a.memory_gib is None else f"{a.memory_gib:g}",
             *(fmt(a.tflops.get(p)) for p in ("bf16", "fp16", "fp32")),
             fmt(a.bandwidth_gbs),
             fmt(a.link_gbs),

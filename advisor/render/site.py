@@ -1,15 +1,20 @@
 """`advisor report`: a static site of a KB's answers, one index page that opens from disk (no server).
 
-Every family × metric answer, the Pareto frontiers, the flowchart, the claims with their verdicts, `advisor
-fit`'s cached predictions, and the provenance of each evidence group. The page is a Jinja2 template
-(advisor/render/templates/report.html); the charts are Vega-Lite specs drawn by one script written beside it.
+Every family × metric answer, the Pareto frontiers, the flowchart, the claims with their verdicts, what fits
+which accelerator for every model `advisor fit` traced (its own answer, from the traces it cached), and the
+provenance of each evidence group. The page is a Jinja2 template (advisor/render/templates/report.html); the
+charts are Vega-Lite specs drawn by one script written beside it. It is made to be sent: no absolute path.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import os
+import re
 import sqlite3
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -24,16 +29,28 @@ from advisor.answers.recommendation import Answer, Entry, selector_flags
 from advisor.answers.transfer import Transfer, transfers
 from advisor.errors import Error, NoEvidence
 from advisor.kb.reader import Group, group_settings, stats
-from advisor.prediction.step import CATEGORIES, n_params, step_flops, tensor_peak
+from advisor.model_ref import ResolvedModel, resolve_model
+from advisor.prediction import answer as fit_answer
+from advisor.prediction.accelerators import gib
+from advisor.prediction.cache import PredictionCache, keys_of, software
+from advisor.prediction.question import FitOptions, Question, question
+from advisor.prediction.sharding import basis
+from advisor.prediction.step import Config
 from advisor.render import charts
 from advisor.render.numbers import fmt
 from advisor.render.views import test_brief
-from advisor.rules import Rules
+from advisor.rules import Accelerator, FamilyRecord, Rules
 
 SCRIPT = "vega.js"  # Vega, Vega-Lite and vega-embed, written once beside index.html
 CHART_SIZE = (560, 380)
 FLOWCHART_CELL = (200, 84)
 RUNNERS_UP = 3
+# The fit section's accelerators unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones
+FIT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")
+FULL = {"adapter": "full"}  # a full fine-tuning trace's adapter, as the cache stores it
+# An absolute path in the page's text: a slash that no word, dot, tilde, colon, slash or tag bracket precedes
+# ('s/epoch', 'http://', '</td>' are not paths), then what a path's parts are made of
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<>-])/[\w.+@%=-][^\s\"'<>&;:,()\[\]{}|*?`\\]*")
 
 
 class NothingToReport(Error):
@@ -50,9 +67,17 @@ class Figure:
     note: str | None = None
 
 
-def write_site(conn: sqlite3.Connection, out: Path, rules: Rules, source: str | None, kb: str) -> Path:
-    """Write index.html and the chart script into `out` (created); nothing else there is touched."""
-    page = render(site_context(conn, rules, source, kb))
+def write_site(
+    conn: sqlite3.Connection,
+    out: Path,
+    rules: Rules,
+    source: str | None,
+    kb: str,
+    gpus: tuple[Accelerator, ...] = (),
+) -> Path:
+    """Write index.html and the chart script into `out` (created); nothing else there is touched. The page
+    names no absolute path (without_paths): it is made to be sent, and the sender's folders are theirs."""
+    page = without_paths(render(site_context(conn, rules, source, kb, gpus)))
     out.mkdir(parents=True, exist_ok=True)
     (out / SCRIPT).write_text(charts.javascript_bundle(), encoding="utf-8")
     index = out / "index.html"
@@ -66,8 +91,31 @@ def render(context: dict) -> str:
     return env.get_template("report.html").render(**context)
 
 
-def site_context(conn: sqlite3.Connection, rules: Rules, source: str | None, kb: str) -> dict:
-    """Everything the page shows, computed once."""
+def shown_path(path: str | os.PathLike, cwd: Path | None = None, home: Path | None = None) -> str:
+    """A path as a page that is sent may name it: relative to the folder the report was made in when under
+    it, from ~ when under the home folder, else its last part alone; a relative one as it is."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    for base, prefix in ((cwd or Path.cwd(), ""), (home or Path.home(), "~/")):
+        if path != base and path.is_relative_to(base):
+            return prefix + path.relative_to(base).as_posix()
+    return path.name or str(path)
+
+
+def without_paths(text: str) -> str:
+    """The text with every absolute path in it as shown_path shows it: the KB's file, a model's folder, a
+    data file named in a run's settings."""
+    cwd, home = Path.cwd(), Path.home()
+    return ABSOLUTE_PATH.sub(
+        lambda m: html.escape(shown_path(html.unescape(m[0]), cwd, home), quote=False), text
+    )
+
+
+def site_context(
+    conn: sqlite3.Connection, rules: Rules, source: str | None, kb: str, gpus: tuple[Accelerator, ...] = ()
+) -> dict:
+    """Everything the page shows, computed once (`gpus`: the fit section's accelerators, else FIT_GPUS')."""
     paths = walk(conn, rules, source=source)
     if not any(p.answer for p in paths):
         where = f" from source {source!r}" if source else ""
@@ -94,7 +142,7 @@ def site_context(conn: sqlite3.Connection, rules: Rules, source: str | None, kb:
         families=[f for f in families if f["group"]],
         claims=[v.as_dict() for v in verdicts],
         claim_counts={k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
-        fit=fit_tables(conn),
+        fit=fit_sections(conn, rules, gpus or tuple(rules.accelerators[k] for k in FIT_GPUS)),
         transfers=[transfer_row(t) for t in transfers(conn, rules)],
         groups=stats(conn)["groups"],
         embed_options=charts.EMBED_OPTIONS,
@@ -218,7 +266,8 @@ def frontier_figures(conn: sqlite3.Connection, rules: Rules, family: str, source
             note = f"No configuration has both a {x} and a loss figure in this evidence."
             out.append(Figure(fid, title, note=note))
             continue
-        out.append(Figure(fid, title, charts.spec(charts.frontier_chart(front, rules, CHART_SIZE))))
+        chart = charts.frontier_chart(front, rules, CHART_SIZE, grow=True)
+        out.append(Figure(fid, title, charts.spec(chart)))
     return out
 
 
@@ -253,36 +302,197 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
     )
 
 
-def _configuration(payload: dict) -> str:
-    """What trains and where the optimizer lives, as a prefix of the optimizer's name ('lora r16 · ')."""
-    what = payload.get("configuration") or {}
-    adapter = what.get("adapter") or {"adapter": "full"}
-    label = "" if adapter["adapter"] == "full" else f"{adapter['adapter']} r{adapter.get('r')} · "
-    return label + ("offloaded " if what.get("offload", "none") != "none" else "")
+@dataclass
+class Traced:
+    """One model at one shape as advisor fit's cache in the KB holds it: its traces, each with its
+    configuration, the adapter settings and the attention it was traced with."""
 
+    name: str  # as `advisor fit --model` was given it: a reference name, a Hugging Face id, a folder
+    family: str | None
+    seq_len: int | None
+    image_size: int | None
+    device: str  # cuda | cpu: which implementations were traced
+    # each trace: its configuration, adapter settings (the cache's key), attention and payload
+    traces: list[tuple[Config, dict, str, dict]] = field(default_factory=list)
 
-def fit_tables(conn: sqlite3.Connection) -> list[dict]:
-    """`advisor fit`'s cached predictions, per model and shape: the tensor peak at micro-batch 1 by category."""
-    rows = conn.execute(
-        "SELECT model, dtype, seq_len, image_size, device, optimizer, strategy, payload FROM predictions "
-        "ORDER BY model, dtype, seq_len, image_size, device, optimizer, strategy"
-    ).fetchall()
-    tables: dict[tuple, dict] = {}
-    for model, dtype, seq_len, image_size, device, optimizer, strategy, payload in rows:
-        payload = json.loads(payload)
-        shape = f"{seq_len} tokens" if seq_len else f"{image_size} px" if image_size else ""
-        key = (model, dtype, shape, device)
-        table = tables.setdefault(key, dict(model=model, dtype=dtype, shape=shape, device=device, rows=[]))
-        table["params"] = f"{n_params(payload) / 1e9:.3g} B parameters"
-        phase, peak = tensor_peak(payload, 1)
-        table["rows"].append(
-            dict(
-                optimizer=_configuration(payload) + optimizer,
-                strategy=strategy,
-                parts=[f"{peak[c] / 1e9:.2f}" for c in CATEGORIES],
-                total=f"{sum(peak.values()) / 1e9:.2f}",
-                phase=phase,
-                tflops=f"{step_flops(payload, 1) / 1e12:.3g}",
-            )
+    def options(self) -> dict:
+        """The FitOptions the traces answer: the LoRA settings and attention most of them were traced with."""
+        lora = Counter(_settings(a) for _, a, _, _ in self.traces if a != FULL).most_common(1)
+        bits = Counter(a["base_bits"] for _, a, _, _ in self.traces if a["adapter"] == "qlora").most_common(1)
+        attention = Counter(at for _, _, at, _ in self.traces).most_common(1)[0][0]
+        r, alpha, targets = json.loads(lora[0][0]) if lora else (16, None, ())
+        return dict(
+            lora_r=r,
+            lora_alpha=alpha,
+            lora_targets=tuple(targets),
+            base_bits=bits[0][0] if bits else 4,
+            attention=attention,
         )
-    return list(tables.values())
+
+    def payloads(self, q: Question) -> dict[Config, dict]:
+        """The traces a question reads: those of its adapter settings (alpha aside: it costs no memory) and
+        attention."""
+        return {
+            c: payload
+            for c, adapter, attention, payload in self.traces
+            if attention == q.traced_attention and _same(adapter, q.adapter_of(c.adapter).key())
+        }
+
+
+def _settings(adapter: dict) -> str:
+    """An adapter's LoRA settings as one comparable value: [r, alpha, targets]."""
+    return json.dumps([adapter.get("r", 16), adapter.get("alpha"), sorted(adapter.get("targets", ()))])
+
+
+def _same(stored: dict, asked: dict) -> bool:
+    """Whether a trace's adapter is the one a question asks, alpha aside."""
+    return _without_alpha(stored) == _without_alpha(asked)
+
+
+def _without_alpha(adapter: dict) -> str:
+    """An adapter key as one comparable value, alpha left out (it scales, it costs no memory)."""
+    return json.dumps(
+        {k: list(v) if isinstance(v, tuple) else v for k, v in adapter.items() if k != "alpha"},
+        sort_keys=True,
+    )
+
+
+def traced_models(conn: sqlite3.Connection) -> list[Traced]:
+    """Every model and shape the KB holds traces of, in the order of their names."""
+    rows = conn.execute(
+        "SELECT model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, payload "
+        "FROM predictions ORDER BY model, seq_len, image_size, device, created_at"
+    ).fetchall()
+    found: dict[tuple, Traced] = {}
+    for model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, text in rows:
+        key = (model, config_hash, seq_len, image_size, device)
+        traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device))
+        payload = json.loads(text)
+        what = payload.get("configuration") or {}
+        adapter = what.get("adapter", FULL)
+        offload, sharding = what.get("offload", "none"), what.get("sharding", "none")
+        config = Config(adapter["adapter"], dtype, optimizer, strategy, offload, sharding)
+        traced.traces.append((config, adapter, what.get("attention", "sdpa"), payload))
+    return list(found.values())
+
+
+@dataclass
+class StoredPredictions(PredictionCache):
+    """advisor fit's cache as the report reads it: the traces of one model and shape, found by configuration
+    rather than by the key a trace was stored under (that hashes the versions of torch and transformers of the
+    machine that traced it, which the machine making the report need not have); never written."""
+
+    payloads: dict[str, dict] = field(default_factory=dict)  # the question's keys -> traces
+
+    def get(self, keys: list[str]) -> dict[str, dict]:
+        return {k: self.payloads[k] for k in keys if k in self.payloads}
+
+
+def fit_sections(conn: sqlite3.Connection, rules: Rules, gpus: tuple[Accelerator, ...]) -> list[dict]:
+    """advisor fit's answer for every model and shape the KB holds traces of, on each accelerator (a CPU trace
+    on this machine's CPU alone): fits or not, the largest micro-batch, the pick and its code."""
+    out = []
+    for traced in traced_models(conn):
+        where = gpus if traced.device == "cuda" else (rules.accelerators["cpu"],)
+        answers = [(acc, fit_on(traced, acc, rules, conn)) for acc in where]
+        out.append(fit_section(traced, answers))
+    return out
+
+
+def fit_on(traced: Traced, acc: Accelerator, rules: Rules, conn: sqlite3.Connection):
+    """What `advisor fit --model NAME --gpu ACC` answers from the cached traces (its own answer and pick: the
+    menu it asks, less what was not traced), or the sentence saying why there is none."""
+    name = shown_path(traced.name)
+    family = _family(traced, rules)
+    if family is None:
+        return f"its family is not known without its config.json: advisor fit --model {name} answers it."
+    model = ResolvedModel(name, family)  # what the traces need of it; its config is not read again
+    options = FitOptions(seq_len=traced.seq_len, image_size=traced.image_size, **traced.options())
+    try:
+        q = question(model, options, rules, accelerator=acc)
+    except Error as e:
+        return str(e)
+    payloads = traced.payloads(q)
+    asked = tuple(c for c in q.configs if basis(c) in payloads)
+    if not asked:
+        dtypes = ", ".join(q.dtypes)
+        return f"not traced in {acc.name}'s precision ({dtypes}): advisor fit --model {name} --gpu {acc.key}."
+    q = replace(q, configs=asked)
+    keys = keys_of(q, rules, software())
+    cache = StoredPredictions(conn, None, {key: payloads[c] for c, key in keys.items()})
+    return fit_answer.fit(q, rules, cache)
+
+
+def _family(traced: Traced, rules: Rules) -> FamilyRecord | None:
+    """The family the traces were made as: as stored, or (a model no family lists) from its config, if at hand."""
+    if traced.family in rules.families:
+        return rules.families[traced.family]
+    try:
+        return resolve_model(traced.name, rules).family
+    except Error:
+        return None
+
+
+def fit_section(traced: Traced, answers: list) -> dict:
+    """One model and shape: its size, and an accelerator a row."""
+    first = next((a for _, a in answers if isinstance(a, fit_answer.FitAnswer)), None)
+    shape = (
+        f"{traced.seq_len} tokens"
+        if traced.seq_len
+        else f"{traced.image_size} px"
+        if traced.image_size
+        else ""
+    )
+    return dict(
+        model=shown_path(traced.name),
+        params=f"{first.n_params / 1e9:.3g} B parameters" if first else None,
+        shape=shape,
+        rows=[fit_row(acc, a) for acc, a in answers],
+    )
+
+
+def fit_row(acc: Accelerator, a) -> dict:
+    """An accelerator's row: fits or not, the largest micro-batch, the configuration advisor fit picks, its
+    memory and speed, where its memory peaks, and the code that runs it."""
+    if isinstance(a, str):
+        return dict(key=acc.key, gpu=acc.name, memory=None, fits=None, note=a)
+    shown = a.pick or a.several
+    row = dict(
+        key=acc.key,
+        gpu=acc.name,
+        memory=f"{gib(a.question.budget_gb):.3g} GiB",
+        fits=a.pick is not None,
+        verdict=_verdict(a),
+        batch=a.pick.max_batch_size if a.pick else None,
+        note=None,
+    )
+    if shown is None:
+        smallest = min(a.rows, key=lambda r: r.total)
+        return row | dict(pick=None, config=smallest.label, total=f"{gib(smallest.total):.1f} GiB", code=None)
+    speed = (
+        f"{shown.tokens_per_s:,.0f} tokens/s" if shown.tokens_per_s else fmt(shown.throughput, "samples/s")
+    )
+    launch = shown.launch["command"] if shown.launch else None
+    return row | dict(
+        pick=shown.label,
+        total=f"{gib(shown.total):.1f} GiB" + (" per GPU" if shown.world > 1 else ""),
+        speed=speed if shown.throughput else None,
+        peak=phase_words(shown.peak_phase),
+        code=shown.trainer_code,
+        launch=launch,
+    )
+
+
+def _verdict(a) -> str:
+    """'8 of 8 configurations fit', 'none of 30 fits one; 4 GPUs hold it', 'none of 30 configurations fits'."""
+    n = len(a.rows)
+    if a.pick:
+        return f"{len(a.fitting)} of {n} configurations fit"
+    if a.several:
+        return f"none of {n} fits one; {a.several.world} GPUs hold it"
+    return f"none of {n} configurations fits"
+
+
+def phase_words(phase: str) -> str:
+    """A traced step's phase as a reader says it: 'backward0' -> 'backward', 'optimizer_step' -> 'optimizer step'."""
+    return re.sub(r"\d+$", "", phase).replace("_", " ")

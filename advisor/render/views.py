@@ -16,7 +16,7 @@ from advisor.answers.recommendation import Answer, Entry, selector_flags
 from advisor.kb.reader import RUN_COLUMNS
 from advisor.render.numbers import fmt
 from advisor.render.plot import point_labels, scatter
-from advisor.rules import Metric, Rules
+from advisor.rules import Metric, Rules, gib
 
 
 def _with_ci(value: float, ci) -> str:
@@ -112,8 +112,11 @@ def flag_text(e) -> str:
     return f"⚠ {e.flag}: mean over the {n} ok seed{'s' if n != 1 else ''}"
 
 
-def answer_view(answer: Answer, rules: Rules) -> RenderableType:
-    """The whole answer to `advisor recommend`: pick, evidence, alternatives, exclusions, holes, caveats, frontier."""
+def answer_view(answer: Answer, rules: Rules, verbose: bool = False) -> RenderableType:
+    """`advisor recommend`: the pick, why, its evidence and what of the question was not applied; with
+    `verbose`, the alternatives, exclusions, holes, caveats, frontier and other evidence too."""
+    if not verbose:
+        return RGroup(_headline(answer, rules, notes=True), *_brief(answer))
     parts: list[RenderableType] = [_headline(answer, rules)]
     if answer.alternatives:
         parts.append(_entries_table("Runners-up", answer.alternatives, show_tie=True))
@@ -124,14 +127,7 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     for note in answer.notes:
         parts.append(Text(note, style="bold yellow"))
     if answer.mixed_protocols:
-        mixed = "; ".join(f"{p}: {', '.join(cfgs)}" for p, cfgs in answer.mixed_protocols.items())
-        parts.append(
-            Text(
-                f"This evidence mixes runs measured with different settings ({mixed}): "
-                "compare like with like, or measure the missing cells with the same settings.",
-                style="bold yellow",
-            )
-        )
+        parts.append(Text(_mixed(answer), style="bold yellow"))
     if answer.caveats:
         caveats = Text("Caveats\n", style="bold")
         for c in answer.caveats:
@@ -145,6 +141,37 @@ def answer_view(answer: Answer, rules: Rules) -> RenderableType:
     if answer.other_groups:
         parts.append(_other_evidence(answer))
     return RGroup(*parts)
+
+
+def _mixed(answer: Answer) -> str:
+    """The warning of evidence whose runs were measured with different settings."""
+    mixed = "; ".join(f"{p}: {', '.join(cfgs)}" for p, cfgs in answer.mixed_protocols.items())
+    return (
+        f"This evidence mixes runs measured with different settings ({mixed}): "
+        "compare like with like, or measure the missing cells with the same settings."
+    )
+
+
+def _brief(answer: Answer) -> list[RenderableType]:
+    """The short answer's tail: the closest runners-up in one line, and what --verbose adds."""
+    out: list[RenderableType] = [Text(_mixed(answer), style="bold yellow")] if answer.mixed_protocols else []
+    if answer.alternatives:
+        close = ", ".join(
+            f"{e.optimizer} + {e.strategy} {fmt(e.value, e.unit)}" for e in answer.alternatives[:3]
+        )
+        out.append(Text(f"Next: {close}", style="dim"))
+    more = [
+        (len(answer.alternatives), "runners-up"),
+        (len(answer.excluded), "excluded"),
+        (len(answer.holes), "holes"),
+        (len(answer.caveats), "caveats"),
+        (1 if answer.frontier else 0, "frontier"),
+        (len(answer.other_groups), "other evidence"),
+    ]
+    said = [f"{name} ({n})" if name != "frontier" else name for n, name in more if n]
+    if said:
+        out.append(Text(f"--verbose: {', '.join(said)} · --json", style="dim"))
+    return out
 
 
 def _other_evidence(answer: Answer) -> Text:
@@ -165,7 +192,7 @@ def menu_lines(menu: dict) -> str:
     def said(row: dict) -> str:
         speed = f", {row['tokens_per_s']:,.0f} tokens/s" if row["tokens_per_s"] else ""
         per = " per rank" if row.get("per_rank") else ""
-        return f"{row['configuration']} ({row['memory_gb']:.1f} GB{per}{speed})"
+        return f"{row['configuration']} ({gib(row['memory_gb']):.1f} GiB{per}{speed})"
 
     lines = [f"Across the fine-tuning menu ({menu['fitting']} of {menu['configurations']} fit; advisor fit):"]
     if menu["pick"]:
@@ -173,7 +200,7 @@ def menu_lines(menu: dict) -> str:
     else:
         lines += [
             f"  {r['rung']}: {'fits' if r['fits'] else 'does not fit'}"
-            + (f" at {r['memory_gb']:.1f} GB" if r["memory_gb"] else "")
+            + (f" at {gib(r['memory_gb']):.1f} GiB" if r["memory_gb"] else "")
             for r in menu["ladder"]
         ]
     best = menu["best_for_metric"]
@@ -183,7 +210,9 @@ def menu_lines(menu: dict) -> str:
     return "\n".join(lines)
 
 
-def _headline(answer: Answer, rules: Rules) -> Panel:
+def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
+    """The pick, its figure and seeds, the evidence, the scale, the user's model and menu, the measure; with
+    `notes`, what of the question was not applied (a constraint the evidence cannot take)."""
     metric = answer.metric
     measure = rules.measures.get(answer.measure) if answer.measure else None
     body = Text()
@@ -236,7 +265,7 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
             body.append(f"\n{answer.scale_note['transfer']}", style="cyan")
     m = answer.model
     if m:
-        where = m["accelerator"] or f"a {m['memory_gb']:g} GB budget"
+        where = m["accelerator"] or f"a {gib(m['memory_gb']):.4g} GiB budget"
         tokens = f" × {m['seq_len']} tokens" if m["seq_len"] else ""
         body.append(
             f"\nYour model: {m['name']}, {m['parameters'] / 1e9:.3g} B parameters, on {where} "
@@ -261,6 +290,8 @@ def _headline(answer: Answer, rules: Rules) -> Panel:
         body.append(f"\nMeasure: {measure.label}", style="dim")
         if measure.note:
             body.append(f" — {measure.note}", style="dim")
+    for note in answer.notes if notes else ():
+        body.append(f"\n{note}", style="bold yellow")
     direction = "lower is better" if metric.direction == "min" else "higher is better"
     title = f"{answer.family}: optimize {metric.name} ({direction})"
     return Panel(body, title=title, title_align="left", border_style="green" if pick else "red")

@@ -20,6 +20,32 @@ def test_recommend_gives_the_clis_answer(invoke):
     assert by_model.recommendation.optimizer != "adam"
 
 
+def test_recommend_takes_what_the_command_takes(invoke):
+    """model, gpu, memory (GiB), preset, group, source and the menu's options as keywords, as the CLI's
+    options; `as_dict()` needs no argument."""
+    args = (
+        "--model",
+        "qwen2.5-0.5b",
+        "--gpu",
+        "H100",
+        "--gpus",
+        "2",
+        "--adapter",
+        "lora",
+        "--optimize",
+        "memory",
+    )
+    cli = json.loads(invoke("recommend", *args, "--json").output)
+    api = advisor.recommend(model="qwen2.5-0.5b", gpu="H100", gpus=2, adapters=("lora",), optimize="memory")
+    assert json.loads(json.dumps(api.as_dict())) == cli
+    grouped = advisor.recommend(arch="decoder", group=cli["evidence"]["id"])
+    assert grouped.as_dict()["evidence"]["id"] == cli["evidence"]["id"]
+    small = advisor.recommend(arch="vit", preset="small", source="measured").as_dict()["evidence"]
+    assert (small["preset"], small["source"]) == ("small", "measured")
+    with pytest.raises(advisor.Error, match="takes no colour"):
+        advisor.recommend(arch="vit", colour="red")
+
+
 def test_bad_arguments_are_value_errors_with_the_choices():
     with pytest.raises(ValueError, match="exactly one of arch .* and model"):
         advisor.recommend()

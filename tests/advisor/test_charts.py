@@ -1,6 +1,7 @@
 """Pictures: `frontier --html/--png` and `flowchart --html` write files a browser or a paper can use; bad
 paths and empty KBs end in a sentence; answering never loads the plotting library."""
 
+import html
 import io
 import json
 import re
@@ -8,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import vl_convert
 from PIL import Image
 
 from advisor.kb.store import open_for_writing
+from advisor.render import charts
 
 PLOTTING = ("altair", "vl_convert", "jinja2", "narwhals", "jsonschema")
 
@@ -135,3 +138,83 @@ def test_answers_never_load_the_plotting_library(cmd):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "LOADED []" in out, out.splitlines()[-1]
+
+
+def svg_texts(spec: dict) -> list[str]:
+    """Every text the chart draws, rendered as its PNG is (vl-convert, no browser), as SVG."""
+    svg = vl_convert.vegalite_to_svg(spec, vl_version=charts.VL_VERSION)
+    return [html.unescape(t) for t in re.findall(r"<(?:text|tspan)[^>]*>([^<]+)</(?:text|tspan)>", svg)]
+
+
+def test_every_point_of_a_png_is_named_or_keyed(invoke, tmp_path):
+    """The frontier's points named beside them; every other one (within noise, dominated, excluded) lettered
+    as `advisor frontier`'s table letters it, and the letter keyed to its configuration in the legend."""
+    page_path = tmp_path / "f.html"
+    env = {"COLUMNS": "200"}  # the table's names whole
+    out = invoke("frontier", "--arch", "decoder", "--html", page_path, env=env).output
+    spec = embedded_spec(page_path.read_text())
+    rows = chart_rows(spec)
+    letters = {
+        m[0]: f"{m[1]} + {m[2]}" for m in re.findall(r"^([A-Za-z0-9]) +│ (\S+) +│ (\S+)", out, flags=re.M)
+    }
+    ranked = [r for r in rows if r["status"] != "excluded"]
+    assert {r["key"]: r["config"] for r in ranked} == letters
+    drawn = svg_texts(spec)
+    statuses = {r["status"] for r in rows}
+    assert {"on the frontier", "dominated", "excluded"} <= statuses
+    for r in rows:
+        if r["status"] == "on the frontier":
+            assert r["text"] == r["config"] and r["config"] in drawn
+        else:
+            assert r["text"] == r["key"] and r["key"] in drawn and r["entry"] in drawn, r
+    assert sum(1 for r in rows if r["entry"]) == len(rows) - sum(
+        r["status"] == "on the frontier" for r in rows
+    )
+
+
+def test_a_dense_png_keeps_its_size_and_keys_every_point(invoke, tmp_path):
+    """ViT's reference grid: 33 configurations, most of them off the frontier, keyed in a picture of the size
+    --help states."""
+    page_path, png = tmp_path / "f.html", tmp_path / "f.png"
+    assert (
+        invoke(
+            "frontier", "--arch", "vision", "--source", "measured", "--html", page_path, "--png", png
+        ).exit_code
+        == 0
+    )
+    assert Image.open(png).size == tuple(n * charts.PNG_SCALE for n in charts.FRONTIER_SIZE)
+    spec = embedded_spec(page_path.read_text())
+    drawn = svg_texts(spec)
+    keyed = [r["entry"] for r in chart_rows(spec) if r["entry"]]
+    assert len(keyed) > 20 and all(e in drawn for e in keyed)
+    assert "std = standard; ckpt = checkpointing" in " ".join(drawn)  # the key says its short names
+
+
+@pytest.mark.parametrize(
+    "args,axis,least,ceiling",
+    [
+        # the paper's NanoVLM times, 66.310 and 66.335: 0.04 % apart, under the tie tolerance
+        (("--arch", "vlm"), "x", 2 * 0.05 * 66.3, None),
+        (("--arch", "vlm", "--x", "utilization"), "x", 0, 100),  # 97.6 %: the axis stops at 100
+        (("--arch", "encoder", "--x", "utilization"), "x", 0, 100),
+    ],
+)
+def test_axes_never_stretch_a_tie_nor_run_past_100_percent(invoke, tmp_path, args, axis, least, ceiling):
+    page_path = tmp_path / "f.html"
+    assert invoke("frontier", *args, "--html", page_path).exit_code == 0
+    spec = embedded_spec(page_path.read_text())
+    lo, hi = next(
+        layer["encoding"][axis]["scale"]["domain"]
+        for layer in spec["layer"]
+        if layer["mark"]["type"] == "point"
+    )
+    assert hi - lo >= least
+    assert ceiling is None or hi <= ceiling
+    assert all(lo <= r[axis] <= hi for r in chart_rows(spec))  # every point on the scale
+
+
+def test_the_least_span_is_twice_the_equivalence_margin(rules):
+    time, loss = rules.metric("time"), rules.metric("loss")
+    assert charts.least_span(time, rules, 66.3) == pytest.approx(2 * 0.05 * 66.3)
+    assert charts.least_span(loss, rules, 2.0) == pytest.approx(2 * 0.01 * 2.0)
+    assert charts.least_span(loss, rules, 0.0) == 0

@@ -38,7 +38,7 @@ def test_unknown_choices_exit_2(invoke, args, needle):
 def test_unresolvable_model_says_what_to_do(invoke):
     result = invoke("recommend", "--model", "someorg/not-downloaded")
     assert result.exit_code == 1
-    assert "cannot resolve model 'someorg/not-downloaded' offline" in result.output
+    assert "hf download someorg/not-downloaded config.json" in result.output
     assert "--arch" in result.output
 
 

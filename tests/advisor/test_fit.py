@@ -151,7 +151,7 @@ def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
     )
     sizes = [r["memory_gb"] for r in out["ladder"][:-1]]
     assert sizes[0] > sizes[1] > sizes[2]  # each lever takes memory off
-    text = invoke("fit", *args, "--optimizer", "adamw").output
+    text = invoke("fit", *args, "--optimizer", "adamw", "--verbose").output
     assert "fits one GPU" in text and "The ladder" in text and "several GPUs" in text and "per rank" in text
     assert "Run it on" in text and "Launch it" in text
 
@@ -187,7 +187,7 @@ def test_the_default_menu_answers_an_8b_fine_tune_on_a_24_gb_and_an_80_gb_gpu(in
         "predicted_step_s",
     ):
         assert key in pick, key
-    text = invoke("fit", "--model", LLAMA_8B, "--gpu", "RTX4090").output
+    text = invoke("fit", "--model", LLAMA_8B, "--gpu", "RTX4090", "--verbose").output
     shown = text.split("Configurations")[1].split("Where the memory goes")[0]
     assert len([line for line in shown.splitlines() if line.strip()[:1].isdigit()]) <= 12
 
@@ -359,7 +359,9 @@ def test_gpu_names_as_people_type_them():
             2,
             "match no linear layer",
         ),
-        (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "cannot resolve model"),
+        (["--model", "someorg/not-cached", "--gpu", "T4"], 1, "hf download someorg/not-cached config.json"),
+        (["--model", "not-a-model", "--gpu", "T4"], 1, "advisor fit --list-models"),
+        (["--model", "llama-3.1-8b", "--gpu", "A100"], 2, "a100-40gb (40 GB), a100-80gb (80 GB)"),
     ],
 )
 def test_bad_input_gets_a_sentence_and_an_exit_code(invoke, args, code, needle):

@@ -32,7 +32,7 @@ def test_encoder_memory_is_adam_standard_from_paper(invoke):
 
 
 def test_rich_output_names_pick_evidence_and_frontier(invoke):
-    result = invoke("recommend", "--arch", "encoder", "--optimize", "memory")
+    result = invoke("recommend", "--arch", "encoder", "--optimize", "memory", "--verbose")
     assert result.exit_code == 0
     for text in ("adam + standard", "NVIDIA A100 40GB", "Runners-up", "Caveats", "Pareto frontier", "Holes"):
         assert text in result.output
@@ -81,7 +81,7 @@ def test_ties_are_reported(invoke):
     others = [a for a in out["alternatives"] if not a["tied"]]
     assert others and all(a["test"]["kind"] is None and not a["test"]["within_tolerance"] for a in others)
     assert out["recommendation"]["test"]["versus"] == "adagrad + accumulation"
-    text = invoke("recommend", "--arch", "vlm", "--optimize", "loss").output
+    text = invoke("recommend", "--arch", "vlm", "--optimize", "loss", "--verbose").output
     flat = " ".join(text.translate(str.maketrans("│╭╮╰╯", "     ")).split())
     assert "within the tie tolerance; no test: one run per configuration" in flat
     assert "marked ≈: 1 equivalent within ±1 %" in flat  # one run each, equal values: equal, not undecided

@@ -1,23 +1,29 @@
 """The code `advisor fit` prints for a configuration runs, as printed, on a tiny model with warnings as errors:
 TrainingArguments with no deprecated argument, peft's LoraConfig, bitsandbytes' BitsAndBytesConfig, the
-Trainer's optim names and the optimizers Trainer cannot name."""
+Trainer's optim names and the optimizers Trainer cannot name. The TrainingArguments of every configuration
+(one GPU, several, several nodes, a CPU) build as printed with warnings as errors, and a row's
+`training_arguments` are the printed ones: `TrainingArguments(**advisor.fit(...).pick.training_arguments)`."""
 
+import ast
 import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+import advisor
 from advisor.model_ref import resolve_model
 from advisor.prediction.question import FitOptions, question
-from advisor.prediction.snippets import training_code
+from advisor.prediction.snippets import keyword_arguments, training_code
 from advisor.rules import load_rules
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "tests/fixtures/configs/Qwen2-0.5B"
+LLAMA_8B = REPO / "tests/fixtures/configs/Llama-3.1-8B"
 # One warning is not the snippet's: peft 0.21 reads `is_gradient_checkpointing`, which transformers 5 deprecates,
 # inside get_peft_model whatever the caller passes.
 PEFTS_OWN = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
@@ -129,3 +135,129 @@ def test_training_arguments_are_trainers_own():
         assert ("LoraConfig(" in code) == (c.adapter != "full")
         assert ("BitsAndBytesConfig(load_in_4bit=True" in code) == (c.adapter == "qlora")
         assert ("deepspeed" in args) == (c.offload != "none")
+
+
+# Every menu whose TrainingArguments differ: a CPU's, one GPU's (bf16 and, on a T4, fp16), 8 GPUs' (DDP, ZeRO,
+# FSDP) and 2 nodes' (HSDP), with every adapter, precision, optimizer, strategy and offload that applies.
+MENUS = [
+    {"gpu": "cpu"},
+    {"gpu": "H100"},
+    {"gpu": "T4"},
+    {"gpu": "H100", "gpus": 8},
+    {"gpu": "H100", "gpus": 8, "nodes": 2},
+]
+BUILD = """
+import json, logging, sys, warnings
+warnings.simplefilter("error")
+from accelerate.parallelism_config import ParallelismConfig
+from transformers import TrainingArguments
+from advisor.prediction.snippets import keyword_arguments
+
+said = []
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("transformers").addHandler(Said(logging.WARNING))
+for block, args, extra in json.load(open(sys.argv[1])):
+    printed = {"TrainingArguments": TrainingArguments, "ParallelismConfig": ParallelismConfig}
+    exec(block, printed)
+    from_the_row = TrainingArguments(**keyword_arguments(args), **extra)
+    assert printed["args"].to_dict() == from_the_row.to_dict(), block
+    assert not said, (block, said)
+try:  # the harness catches what users reported: the deprecated name raises here
+    TrainingArguments(output_dir="out", gradient_checkpointing=True, use_cpu=True)
+except FutureWarning:
+    print("built", len(json.load(open(sys.argv[1]))), flush=True)
+"""
+
+
+def arguments_block(code: str) -> str:
+    """The snippet's `args = TrainingArguments(...)` statement, as printed."""
+    lines = code.splitlines()
+    start = lines.index("args = TrainingArguments(")
+    return "\n".join(lines[start : lines.index(")", start) + 1])
+
+
+def printed_arguments(block: str) -> dict:
+    """The keyword arguments a printed `TrainingArguments(...)` passes, as values (an object as its fields)."""
+    call = ast.parse(block).body[0].value
+    return {k.arg: _value(k.value) for k in call.keywords}
+
+
+def _value(node: ast.expr):
+    """A printed argument's value: a literal, or the fields of `ParallelismConfig(**{...})`."""
+    return ast.literal_eval(node.keywords[0].value if isinstance(node, ast.Call) else node)
+
+
+def test_every_configurations_training_arguments_build_as_printed_with_warnings_as_errors(tmp_path):
+    """Each distinct `args = TrainingArguments(...)` of the menus, exec'd as printed in `python -W error` (and
+    transformers' logged warnings counted too), and built from the dict a row's training_arguments reads: the
+    same arguments. A GPU's runs here with use_cpu=True added (bf16 without CUDA is a ValueError, not a
+    warning); what the Trainer does later (bitsandbytes' optimizers, FSDP, DeepSpeed launched) is not run."""
+    rules = load_rules()
+    model = resolve_model(str(QWEN), rules)
+    blocks: dict[str, tuple] = {}
+    for menu in MENUS:
+        q = question(model, FitOptions(seq_len=256, **menu), rules)
+        for c in q.configs:
+            args, code = training_code(q, c, q.adapter_of(c.adapter), rules)
+            block = arguments_block(code)
+            assert printed_arguments(block) == args, c  # the code and the dict never drift
+            extra = {} if q.device == "cpu" else {"use_cpu": True}  # a CPU's snippet has it already
+            if extra:
+                block = block.replace("(\n", "(\n    use_cpu=True,\n", 1)
+            blocks.setdefault(block, (args, extra))
+    assert {"fsdp", "deepspeed", "parallelism_config", "activation_checkpointing", "fp16", "bf16"} <= {
+        k for args, _ in blocks.values() for k in args
+    }
+    (tmp_path / "blocks.json").write_text(json.dumps([[b, a, e] for b, (a, e) in blocks.items()]))
+    run = subprocess.run(
+        [sys.executable, "-W", "error", "-c", BUILD, str(tmp_path / "blocks.json")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"built {len(blocks)}" in run.stdout
+
+
+def test_the_picks_training_arguments_make_trainers_arguments_without_a_warning():
+    """The one-liner that takes the pick into a Trainer, with warnings as errors (the menu narrowed to full
+    fine-tuning with AdamW: a cold trace of four configurations, not the whole menu's); the arguments are the
+    printed snippet's (output_dir included), and a fresh dict each read."""
+    import torch
+    from transformers import TrainingArguments
+
+    narrowed = dict(adapters=("full",), optimizers=("adamw",), strategies=("standard", "checkpointing"))
+    pick = advisor.fit(str(LLAMA_8B), gpu="H100", **narrowed).pick
+    assert (
+        pick.label == "full · bf16 · adamw · standard"
+    )  # pure bf16: no bf16=True, which needs CUDA or use_cpu
+    host = {} if torch.cuda.is_available() or not pick.training_arguments.get("bf16") else {"use_cpu": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = TrainingArguments(
+            **advisor.fit(str(LLAMA_8B), gpu="H100", **narrowed).pick.training_arguments, **host
+        )
+    assert made.optim == "adamw_torch_fused" and made.activation_checkpointing is False
+    assert pick.training_arguments == printed_arguments(arguments_block(pick.trainer_code))
+    assert pick.training_arguments["output_dir"] == "out"
+    pick.training_arguments["output_dir"] = "elsewhere"
+    assert pick.training_arguments["output_dir"] == "out"
+
+
+def test_hsdp_arguments_carry_accelerates_object_as_printed():
+    """HSDP's parallelism_config: a ParallelismConfig in the keyword arguments (as the snippet builds it), its
+    fields in the dict --json prints."""
+    from accelerate.parallelism_config import ParallelismConfig
+
+    rules = load_rules()
+    options = FitOptions(gpu="H100", gpus=8, nodes=2, shardings=("hsdp",), seq_len=256)
+    q = question(resolve_model(str(QWEN), rules), options, rules)
+    args, code = training_code(q, q.configs[0], q.adapter_of(q.configs[0].adapter), rules)
+    made = keyword_arguments(args)["parallelism_config"]
+    assert isinstance(made, ParallelismConfig) and (made.dp_replicate_size, made.dp_shard_size) == (2, 8)
+    assert args["parallelism_config"] == {"dp_replicate_size": 2, "dp_shard_size": 8}
+    assert "from accelerate.parallelism_config import ParallelismConfig" in code

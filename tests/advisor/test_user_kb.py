@@ -117,7 +117,7 @@ def test_a_group_is_selected_by_its_id_and_disagreeing_groups_are_shown(invoke, 
     assert any(d["evidence"]["id"] == paper["id"] for d in out["disagreements"])
     chosen = json.loads(invoke("recommend", "--arch", "vit", "--group", paper["id"], "--json").output)
     assert chosen["evidence"]["id"] == paper["id"] and not chosen["evidence"]["yours"]
-    text = invoke("recommend", "--arch", "vit").output
+    text = invoke("recommend", "--arch", "vit", "--verbose").output
     assert "Other evidence picks differently" in text and f"--group {paper['id']}" in text
     none = invoke("recommend", "--arch", "vit", "--hardware", "CPU: nowhere")
     assert none.exit_code == 1 and "matching --hardware CPU: nowhere" in " ".join(none.output.split())
@@ -156,7 +156,7 @@ def test_a_smoke_run_never_becomes_the_default_answer(invoke, no_db):
         )
     assert json.loads(invoke("claims", "--json").output) == claims
     assert json.loads(invoke("flowchart", "--json").output) == flowchart
-    text = invoke("recommend", "--arch", "vit").output
+    text = invoke("recommend", "--arch", "vit", "--verbose").output
     assert "passed over, not the model asked about" in " ".join(text.split())
     picked = json.loads(invoke("recommend", "--arch", "vit", "--evidence", "mine", "--json").output)
     assert picked["evidence"]["yours"] and picked["recommendation"]["optimizer"] == "sgd"

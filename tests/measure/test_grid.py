@@ -287,3 +287,23 @@ def test_memory_does_not_depend_on_the_order_cells_ran_in(tmp_path):
         assert first[name] == pytest.approx(second[name], rel=0.1), (name, first[name], second[name])
     assert second["sgd rss_delta_gb"] < second["adam rss_delta_gb"]  # (1, 0): SGD ran after Adam
     assert first["adam tensor_peak_gb"] > first["sgd tensor_peak_gb"]
+
+
+def test_a_process_that_ended_after_a_traceback_is_crashed_with_its_exception_in_one_line():
+    said = (
+        "W1201 torch/utils/_pytree.py:630] a library's log line\n"
+        "Traceback (most recent call last):\n"
+        '  File "spawn.py", line 132, in _main\n'
+        "    self = reduction.pickle.load(from_parent)\n"
+        "ImportError: a stale copy of advisor.measuring in the current folder\n"
+    )
+    assert isolation.death_sentence(1, said) == (
+        "the cell's process exited with code 1 before handing back its result "
+        "(ImportError: a stale copy of advisor.measuring in the current folder)"
+    )
+    assert isolation.death_sentence(3, "a log line") == (
+        "the cell's process exited with code 3 before handing back its result"
+    )
+    kept = isolation.clipped("w" * 50_000 + said)  # what a run keeps: its start and its end
+    assert len(kept) < isolation.STDERR_KEPT + 100 and kept.endswith(said) and "characters left out" in kept
+    assert isolation.clipped(said) == said

@@ -158,4 +158,4 @@ def test_a_model_predicted_not_to_fit_is_not_built(tmp_path, invoke):
     )
     (cell,) = json.loads(result.stdout)["results"]
     assert cell["status"] == "skipped" and "predicted" in cell["error"] and "not built" in cell["error"]
-    assert "> 14.4 GB available under --memory" in cell["error"]
+    assert "> 14.4 GiB available under --memory" in cell["error"]  # 90 % of --memory-cap 16 (GiB)

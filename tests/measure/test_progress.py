@@ -2,6 +2,7 @@
 with the grid's ETA, instead of nothing until the end."""
 
 import io
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -9,7 +10,16 @@ from dataclasses import replace
 from rich.console import Console
 
 from advisor.measuring.config import RunConfig
-from advisor.measuring.progress import ForwardingReporter, PlainReporter, RichReporter, replay, reporter_for
+from advisor.measuring.progress import (
+    ForwardingReporter,
+    PlainReporter,
+    RichReporter,
+    counted,
+    failure_causes,
+    nothing_measured,
+    replay,
+    reporter_for,
+)
 from advisor.measuring.runner import CellResult
 
 CFG = RunConfig(model="llama", preset="tiny", optimizer="adam", epochs=2)
@@ -83,3 +93,54 @@ def test_measure_with_stderr_redirected_writes_a_line_per_epoch(tmp_path):
     assert sum(" · epoch " in line for line in text.splitlines()) == 4  # 2 cells x 2 epochs
     assert sum(" · ok · " in line for line in text.splitlines()) == 2
     assert "\x1b[" not in text  # no terminal codes in a log
+
+
+def test_one_cell_is_one_cell_and_the_first_seconds_say_what_they_wait_for():
+    lines = []
+    plain = PlainReporter(lines.append, Clock())
+    plain.grid_start(1)
+    plain.waiting("starting the worker process (importing torch, transformers)…")
+    assert lines == [
+        "advisor measure: 1 cell",
+        "starting the worker process (importing torch, transformers)…",
+    ]
+    assert [counted(n, "cell") for n in (0, 1, 2)] == ["0 cells", "1 cell", "2 cells"]
+
+
+def test_the_bar_says_what_the_grid_waits_for_until_a_cell_starts_and_a_cause_once():
+    out = io.StringIO()
+    with RichReporter(Console(file=out, force_terminal=True, width=200)) as rich:
+        rich.grid_start(3)
+        rich.waiting("starting the worker process")
+        grid = rich.progress.tasks[0]
+        assert grid.fields["info"] == "[dim]starting the worker process[/]"
+        rich.cell_start(CFG, 8)
+        assert grid.fields["info"] == "", "the first cell clears it"
+        for optimizer in ("sgd", "adam", "adagrad"):  # the same cause three times: said once
+            cfg = replace(CFG, optimizer=optimizer)
+            rich.cell_end(
+                CellResult(cfg, "crashed", error="the cell's process raised OSError: [Errno 28] [/x]")
+            )
+    said = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # the terminal's codes left out
+    assert said.count("OSError: [Errno 28] [/x]") == 1  # said as written: brackets are no markup
+
+
+def test_failures_are_said_once_per_cause_and_a_grid_that_measured_nothing_is_told_apart():
+    def result(optimizer, status, error=None):
+        return CellResult(replace(CFG, optimizer=optimizer), status, error=error)
+
+    crashed = (
+        "the cell's process was killed by signal 9 (SIGKILL: the kernel's out-of-memory killer or kill -9)"
+    )
+    results = [
+        result("sgd", "failed", "RuntimeError: boom"),
+        result("adam", "crashed", crashed),
+        result("adamw", "failed", "RuntimeError: boom"),
+    ]
+    assert failure_causes(results) == ["2 cells failed: RuntimeError: boom", f"1 cell crashed: {crashed}"]
+    assert nothing_measured(results)
+    # an outcome of training (diverged, untrained, oom) or a skip is something measured: only the failures
+    # are said, and the command exits 0
+    for status in ("ok", "diverged", "untrained", "oom", "skipped"):
+        assert not nothing_measured([*results, result("adagrad", status, "why")]), status
+    assert not nothing_measured([]) and failure_causes([result("sgd", "ok")]) == []

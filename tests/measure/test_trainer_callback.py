@@ -1,8 +1,12 @@
 """AdvisorCallback: a real transformers Trainer run (tiny models of two families, CPU, no mock) recorded as
-evidence, and answered from with `recommend --source trainer`; a run that raises is crashed, not lost."""
+evidence, and answered from with `recommend --source trainer`; a run that raises is crashed, not lost; the
+main process prints one line saying what it recorded, where, and the command that shows it."""
 
 import json
+import re
+import shlex
 import sqlite3
+import warnings
 
 import pytest
 import torch
@@ -44,23 +48,32 @@ class Images(torch.utils.data.Dataset):
         return {"pixel_values": self.x[i], "labels": self.y[i]}
 
 
-def train(model, data, db, tmp_path, **args):
+def train(model, data, db, tmp_path, trainer=None, **args):
     targs = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=8,
-        num_train_epochs=2,
         logging_steps=1,
         report_to=[],
         save_strategy="no",
         use_cpu=True,
-        **args,
+        **{"num_train_epochs": 2, **args},
     )
-    trainer = transformers.Trainer(
+    trainer = (trainer or transformers.Trainer)(
         model=model, args=targs, train_dataset=data, eval_dataset=data, callbacks=[AdvisorCallback(db=db)]
     )
     trainer.train()
     trainer.evaluate()
     return trainer
+
+
+def recorded(text: str) -> list[str]:
+    """The lines AdvisorCallback printed (the Trainer's progress bar may share a terminal line with one)."""
+    return re.findall(r"advisor: recorded [^\r\n]*", text)
+
+
+def command(line: str) -> list[str]:
+    """The advisor command a recorded line names, as arguments of the command line (without `advisor`)."""
+    return shlex.split(line.split("; see: ")[1])[1:]
 
 
 def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
@@ -114,7 +127,7 @@ def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
     }
 
 
-def test_a_run_that_raises_is_recorded_crashed(tmp_path):
+def test_a_run_that_raises_is_recorded_crashed(tmp_path, capsys, invoke):
     db = tmp_path / "mine.sqlite"
     callback = AdvisorCallback(db=db)
 
@@ -138,10 +151,68 @@ def test_a_run_that_raises_is_recorded_crashed(tmp_path):
     with pytest.raises(RuntimeError):
         trainer.train()
     assert runs(db)[0]["status"] == "running"  # until the interpreter exits (atexit) or a lease expires
+    assert recorded(capsys.readouterr().err) == []
     callback.failure = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
     callback._end_unfinished()
     (run,) = runs(db)
     assert run["status"] == "oom" and "out of memory" in run["error"]
+    (line,) = recorded(capsys.readouterr().err)
+    assert line == (  # no loss logged before it raised; the KB named (--db), its group as read alone
+        f"advisor: recorded run {run['id']} (oom: {run['model']} · adamw · standard) in {db}, group 1; "
+        f"see: advisor kb runs --source trainer --status oom --db {db}"
+    )
+    listed = json.loads(invoke(*command(line), "--json").output)
+    assert [(r["id"], r["status"]) for r in listed] == [(run["id"], "oom")]
+
+
+def test_a_finished_run_prints_what_it_recorded_where_and_the_command_that_shows_it(
+    tmp_path, monkeypatch, capsys, invoke
+):
+    """The user's own KB (no --db): ~ for the home folder, the group as `kb stats` names it beside the shipped
+    KB (u1), and a command that ranks that very group; stderr, as the Trainer's progress bar and messages."""
+    monkeypatch.delenv("ADVISOR_DB")
+    monkeypatch.setenv("HOME", str(tmp_path))  # the user data folder ($XDG_DATA_HOME) is under it
+    model = build_model(ref("llama"), "tiny", RULES).model
+    train(model, Texts(), None, tmp_path, num_train_epochs=1, eval_strategy="epoch")
+    out = capsys.readouterr()
+    ((run,), (line,)) = runs(tmp_path / "xdg-data/advisor/kb.sqlite"), recorded(out.err)
+    assert recorded(out.out) == []
+    assert re.fullmatch(
+        rf"advisor: recorded run 1 \(ok: {run['model']} · adamw · standard · eval loss \d\.\d+\) in "
+        r"~/xdg-data/advisor/kb.sqlite, group u1; see: advisor recommend --arch decoder --group u1",
+        line,
+    ), line
+    answer = json.loads(invoke(*command(line), "--json").output)
+    assert answer["evidence"]["id"] == "u1" and answer["evidence"]["model"] == run["model"]
+    assert answer["recommendation"]["optimizer"] == "adamw"
+
+
+def test_only_the_main_process_prints(tmp_path, capsys):
+    """A process that is not rank 0 records its run and prints nothing (the Trainer asks the same question)."""
+
+    class OtherRank(transformers.Trainer):
+        def is_world_process_zero(self):
+            return False
+
+    db = tmp_path / "mine.sqlite"
+    train(build_model(ref("llama"), "tiny", RULES).model, Texts(), db, tmp_path, OtherRank, max_steps=1)
+    assert [r["status"] for r in runs(db)] == ["ok"]
+    assert recorded(capsys.readouterr().err) == []
+
+
+def test_activation_checkpointing_is_the_checkpointing_strategy(tmp_path):
+    """transformers 5's activation_checkpointing (gradient_checkpointing is its deprecated alias), no warning."""
+    from advisor.integrations.transformers import strategy_of
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path),
+            activation_checkpointing=True,
+            gradient_accumulation_steps=2,
+            use_cpu=True,
+        )
+        assert strategy_of(args) == "checkpointing+accumulation"
 
 
 def test_a_hugging_face_dataset_is_named_by_its_fingerprint_and_a_config_by_its_hash():
@@ -156,3 +227,26 @@ def test_a_hugging_face_dataset_is_named_by_its_fingerprint_and_a_config_by_its_
     assert model_identity(None, small) != model_identity(None, other)
     assert model_identity(None, small).startswith("llama config ")
     assert model_identity("my-llama", small) == "my-llama"
+
+
+def test_the_command_names_a_kb_read_alone_as_a_shell_takes_it(tmp_path, monkeypatch):
+    """--db with ~ for the home folder, quoted where a shell needs it (bash reads it back as the path); a run
+    that is not ok, or of a family the rules lack, is found in the KB's list of runs."""
+    import subprocess
+
+    from advisor.integrations.transformers import command_for, shell_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    db = tmp_path / "my runs" / "kb.sqlite"
+    assert shell_path(db) == "~/'my runs/kb.sqlite'"
+    assert subprocess.run(
+        ["bash", "-c", f"printf %s {shell_path(db)}"], capture_output=True, text=True
+    ).stdout == (str(db))
+    assert (
+        command_for("decoder", "3", "ok", db)
+        == f"advisor recommend --arch decoder --group 3 --db {shell_path(db)}"
+    )
+    assert command_for("unknown", "u3", "ok", None) == "advisor kb runs --source trainer --status ok"
+    assert (
+        command_for("decoder", "u3", "crashed", None) == "advisor kb runs --source trainer --status crashed"
+    )

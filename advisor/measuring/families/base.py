@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from advisor.errors import Error
 from advisor.measuring.tokenizer import BYTE_LEVEL, BYTE_VOCAB, Tokenizer
 
 IGNORE = -100  # label of positions without a target (torch's cross-entropy ignore_index)
@@ -24,7 +25,7 @@ VISION_SIZES = {
 }
 
 
-class UnknownFamily(Exception):
+class UnknownFamily(Error):
     """A family the rules or the registry do not know: an error, never a fall-through into another family."""
 
 
