@@ -26,14 +26,12 @@ from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
 from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.prediction.accelerators import resolve as resolve_accelerator
-from advisor.prediction.answer import FitAnswer
-from advisor.prediction.answer import fit as fit_answer
-from advisor.prediction.cache import open_cache
 from advisor.prediction.question import FitOptions, installed, mixed_dtype, question
 from advisor.rules import Rules, load_rules
 
 if TYPE_CHECKING:
     from advisor.answers.recommendation import Answer
+    from advisor.prediction.answer import FitAnswer
 
 PathLike = str | os.PathLike
 MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")
@@ -157,6 +155,9 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) ->
     if unknown:
         raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
     rules = load_rules()
+    from advisor.prediction.answer import fit as fit_answer  # not on the path of answers from evidence alone
+    from advisor.prediction.cache import open_cache
+
     q = question(_model(model, rules), FitOptions(**options), rules)
     cache = open_cache(db)
     try:

@@ -1,7 +1,8 @@
 """The errors advisor raises for its user, each with a sentence that says what is wrong and what to do.
 
-The command line turns an `InputError` into a usage error (exit code 2, naming the option) and any other
-`Error` into one sentence with exit code 1; the Python API raises them as they are."""
+The command line turns an `InputError` into a usage error (exit code 2, naming the option), a `RulesError`
+(a rules file that is bad input) into one sentence with exit code 2, and any other `Error` into one sentence
+with exit code 1; the Python API raises them as they are."""
 
 from __future__ import annotations
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
-import socket
 import tomllib
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -228,6 +226,7 @@ def shipped_model(name: str) -> tuple[str, Path] | None:
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the Hub's host answers at all: a machine without a route fails in seconds, not after
     huggingface_hub's minute of retries."""
+    import socket  # the network path only
     from urllib.parse import urlparse
 
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -267,6 +266,8 @@ def _hub_config(repo_id: str, rules: Rules) -> Path:
             f"{repo_id} is not in the local Hugging Face cache and the Hub is not reachable from here: fetch its "
             f"config alone with `{fetch}` where it is, or pass a folder that holds its config.json."
         )
+    import logging  # the network path only
+
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retries are ours to report, once
     try:
         return Path(hf_hub_download(repo_id, "config.json", etag_timeout=10))

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import NoReturn
 
 from advisor.errors import RulesError
 from advisor.places import shipped_rules_dir, user_rules_dir
+from advisor.rules_schema import (
+    NAMED,
+    REFERENCES,
+    SCHEMAS,
+    Problem,
+    check,
+    dotted,
+    found,
+    line_of,
+    shown,
+    suggestion,
+)
 
 
 @dataclass(frozen=True)
@@ -166,179 +180,303 @@ def _readable_dir(path: Path) -> bool:
 
 
 RULE_FILES = ("metrics", "families", "optimizers", "flowchart", "caveats", "hardware", "fit", "protocol")
+MAX_BYTES = 1_000_000  # a rules file is a few kB; anything past this is not one
 
 
 @cache
 def _load_rules(directory: str, extra: str | None) -> Rules:
-    """(Cached: the rules do not change during a process.)"""
-    base = Path(directory)
-    raw = {name: _read(base / f"{name}.toml") for name in RULE_FILES}
-    if extra is not None:
-        for name in RULE_FILES:
-            if (Path(extra) / f"{name}.toml").exists():
-                raw[name] = extended(raw[name], _read(Path(extra) / f"{name}.toml"))
-    measures = {n: Measure(name=n, **m) for n, m in raw["metrics"].get("measures", {}).items()}
-    metrics = {}
-    for name, m in raw["metrics"].get("metrics", {}).items():
-        metric = Metric(
-            name=name,
-            direction=m["direction"],
-            unit=m["unit"],
-            label=m["label"],
-            measures=tuple(m["measures"]),
-        )
-        if metric.direction not in ("min", "max"):
-            raise RulesError(f"metric {name}: direction must be 'min' or 'max', not {metric.direction!r}")
-        unknown = [x for x in metric.measures if x not in measures]
-        if unknown:
-            raise RulesError(f"metric {name} reads undefined measures: {', '.join(unknown)}")
-        metrics[name] = metric
-    optimizers = _optimizers(raw["optimizers"])
-    families = _families(raw["families"], tuple(optimizers))
-    flowchart = raw["flowchart"]
-    missing = [m for m in flowchart.get("metrics", []) if m not in metrics]
-    if missing:
-        raise RulesError(f"flowchart.toml walks undefined metrics: {', '.join(missing)}")
-    _check_model_types_unique(families)
-    _check_numbers(flowchart, raw["protocol"])
+    """(Cached: the rules do not change during a process, so each file is read and checked once.)"""
+    shipped = {name: _parsed(Path(directory) / f"{name}.toml", name) for name in RULE_FILES}
+    files = _Files(shipped, _user_files(Path(extra)) if extra is not None else {})
+    raw = {name: files.merged(name) for name in RULE_FILES}
+    _check_references(raw, files)
+    optimizers = _optimizers(raw["optimizers"], files)
+    families = _families(raw["families"])
+    _check_model_types_unique(families, files)
     return Rules(
-        metrics=metrics,
-        measures=measures,
+        metrics=_metrics(raw["metrics"]),
+        measures={n: Measure(name=n, **m) for n, m in raw["metrics"]["measures"].items()},
         families=families,
         optimizer_info=optimizers,
-        flowchart=flowchart,
+        flowchart=raw["flowchart"],
         caveats=raw["caveats"].get("caveats", []),
         optimizers=tuple(optimizers),
         strategies=tuple(raw["families"]["strategies"]),
-        arms=_arms(raw["families"]),
+        arms=_arms(raw["families"], files),
         presets=tuple(raw["families"]["presets"]),
-        accelerators=_accelerators(raw["hardware"]),
+        accelerators=_accelerators(raw["hardware"], files),
         fit=raw["fit"],
         architectures=dict(raw["families"].get("architectures", {})),
         protocol=raw["protocol"],
     )
 
 
-def _accelerators(raw: dict) -> dict[str, Accelerator]:
+@dataclass(frozen=True)
+class _Source:
+    """One rules file as read: where it is, its text (for line numbers), its tables."""
+
+    path: Path
+    text: str
+    data: dict
+
+
+class _Files:
+    """The rules files of one load, the shipped (or named) ones and the user's: what says where a problem is."""
+
+    def __init__(self, shipped: dict[str, _Source], user: dict[str, _Source]):
+        self.shipped, self.user = shipped, user
+        self.raw = {name: source.data for name, source in shipped.items()}
+
+    def merged(self, name: str) -> dict:
+        """A file's tables with the user's merged in, the whole checked against its schema."""
+        if name in self.user:
+            self.raw[name] = extended(self.shipped[name].data, self.user[name].data)
+            try:
+                check(self.raw[name], SCHEMAS[name])
+            except Problem as p:
+                self.fail(name, p.path, p.message)
+        return self.raw[name]
+
+    def fail(self, name: str, path: tuple, message: str) -> NoReturn:
+        """RulesError naming the file that sets `path` of the merged tables (of the two, the one that holds
+        more of it; the user's on a tie, as theirs wins the merge), its line and the key, then `message`."""
+        source, merged = self.shipped[name], self.raw[name]
+        held = _held(source.data, merged, path)
+        user = self.user.get(name)
+        if user is not None and len(theirs := _held(user.data, merged, path)) >= len(held):
+            source, held = user, theirs
+        path = (*held, *path[len(held) :])
+        raise RulesError(_located(source.path, source.text, path, f"{dotted(path)} {message}"))
+
+
+def _held(data, merged, path: tuple) -> tuple:
+    """How much of `path` of the merged tables one file holds, as that file holds it (a list's item at its
+    index there: the merged list puts the shipped items first)."""
+    out: list = []
+    for part in path:
+        if (
+            isinstance(part, int)
+            and isinstance(data, list)
+            and isinstance(merged, list)
+            and part < len(merged)
+        ):
+            if merged[part] not in data:
+                break
+            part, merged = data.index(merged[part]), merged[part]
+        elif isinstance(data, dict) and isinstance(merged, dict) and part in data:
+            merged = merged.get(part)
+        else:
+            break
+        data = data[part]
+        out.append(part)
+    return tuple(out)
+
+
+def read_rules_file(path: Path, name: str) -> dict:
+    """One rules file read and checked whole against the schema of `name` (claims.toml, which `advisor
+    claims` reads apart from the rest), or RulesError with one sentence naming it."""
+    return _parsed(Path(path), name).data
+
+
+def _located(path: Path, text: str, where: tuple, message: str) -> str:
+    line = line_of(text, where)
+    return f"{path}, line {line}: {message}" if line else f"{path}: {message}"
+
+
+def _parsed(path: Path, name: str, partial: bool = False) -> _Source:
+    """A rules file read, parsed and checked against its schema (`partial`: the user's, which extends the
+    shipped one and so may leave out what that one has), or RulesError with one sentence naming it."""
+    text = _text(path)
+    data = _toml(path, text)
+    try:
+        check(data, SCHEMAS[name], partial)
+    except Problem as p:
+        raise RulesError(_located(path, text, p.path, str(p))) from None
+    return _Source(path, text, data)
+
+
+def _text(path: Path) -> str:
+    """A rules file's text (UTF-8, a byte-order mark allowed), or RulesError saying why it cannot be read."""
+    try:
+        kind = os.stat(path).st_mode
+        if stat.S_ISDIR(kind):
+            raise RulesError(f"{path} is a folder, not a rules file: remove it, or put a TOML file there.")
+        if not stat.S_ISREG(kind):
+            raise RulesError(f"{path} is not a regular file (a pipe or a device?): remove it.")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError as e:
+        raise RulesError(_missing(path)) from e
+    except PermissionError as e:
+        raise RulesError(f"cannot read {path}: permission denied; make it readable, or remove it.") from e
+    except OSError as e:
+        raise RulesError(f"cannot read {path}: {e.strerror or e}; fix it, or remove it.") from e
+    if len(data) > MAX_BYTES:
+        raise RulesError(
+            f"{path} is over {MAX_BYTES:,} bytes, too large for a rules file: keep the keys you change."
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise RulesError(
+            f"{path}, line {line}: byte 0x{data[e.start]:02x} is not UTF-8 text; save the file as UTF-8."
+        ) from None
+
+
+def _missing(path: Path) -> str:
+    if path.is_symlink():
+        return f"{path} is a link to a file that is not there: fix the link, or remove it."
+    return f"rules file {path} is missing: reinstall advisor, or name a folder that has every rules file."
+
+
+def _toml(path: Path, text: str) -> dict:
+    """The parsed file, or RulesError: invalid TOML (with tomllib's line and column), nesting too deep to
+    parse, or a number too long to convert."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        said = str(e)
+        raise RulesError(f"{path} is not valid TOML: {said[:1].lower()}{said[1:]}; fix that line.") from None
+    except RecursionError:
+        raise RulesError(f"{path} nests lists or tables too deeply to read: flatten it.") from None
+    except ValueError:
+        raise RulesError(f"{path} holds a number too long to read: shorten it.") from None
+
+
+def _user_files(folder: Path) -> dict[str, _Source]:
+    """The user's rules files, each checked as a part of the shipped one it extends; a TOML file advisor
+    would not read is an error, not silence."""
     out = {}
-    for key, a in raw.get("accelerators", {}).items():
-        try:
-            out[key] = Accelerator(
-                key=key,
-                name=a["name"],
-                aliases=tuple(a.get("aliases", ())),
-                memory_gib=None if a.get("memory_from_host") else float(a["memory_gib"]),
-                tflops=dict(a.get("tflops", {})),
-                bandwidth_gbs=a.get("bandwidth_gbs"),
-                source=a["source"],
-                note=a.get("note"),
-                link=a.get("link"),
-                link_gbs=a.get("link_gbs"),
-                link_source=a.get("link_source"),
-            )
-        except KeyError as e:
-            raise RulesError(f"hardware.toml: accelerator {key} needs {e.args[0]}") from e
+    for path in _toml_files(folder):
+        if path.stem not in RULE_FILES:
+            raise RulesError(_unread(path))
+        out[path.stem] = _parsed(path, path.stem, partial=True)
     return out
 
 
-def _optimizers(raw: dict) -> dict[str, OptimizerRecord]:
+def _toml_files(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.suffix == ".toml" and not p.name.startswith("."))
+    except OSError as e:
+        raise RulesError(
+            f"cannot list your rules folder {folder}: {e.strerror or e}; make it readable."
+        ) from e
+
+
+def _unread(path: Path) -> str:
+    """Why a TOML file in the user's rules folder is not one advisor reads, and what to do."""
+    if path.stem == "claims":
+        return f"{path} is not read: the claims are the paper's, rules/claims.toml only; remove it."
+    return f"{path} is not a rules file advisor reads" + suggestion(
+        path.name, [f"{n}.toml" for n in RULE_FILES]
+    )
+
+
+def _metrics(raw: dict) -> dict[str, Metric]:
+    return {
+        name: Metric(
+            name=name,
+            direction=m["direction"],
+            unit=m["unit"],
+            label=m["label"],
+            measures=tuple(m["measures"]),
+        )
+        for name, m in raw["metrics"].items()
+    }
+
+
+def _check_references(raw: dict[str, dict], files: _Files) -> None:
+    """Every name one rules file uses that another defines (an optimizer, a strategy, a metric...) defined."""
+    known = {
+        "measure": raw["metrics"]["measures"],
+        "metric": raw["metrics"]["metrics"],
+        "optimizer": raw["optimizers"]["optimizers"],
+        "strategy": raw["families"]["strategies"],
+        "family": raw["families"]["families"],
+        "preset": raw["families"]["presets"],
+    }
+    for name, where, kind, besides in REFERENCES:
+        for path, value in found(raw[name], where):
+            if value not in known[kind] and value not in besides:
+                names = [*known[kind], *besides]
+                files.fail(
+                    name,
+                    path,
+                    f"names {shown(value)}, not {NAMED[kind]}"
+                    + suggestion(value, names, "; define it there, or remove it."),
+                )
+
+
+def _accelerators(raw: dict, files: _Files) -> dict[str, Accelerator]:
+    out = {}
+    for key, a in raw["accelerators"].items():
+        if not a.get("memory_from_host") and "memory_gib" not in a:
+            files.fail(
+                "hardware",
+                ("accelerators", key),
+                "needs memory_gib (or memory_from_host = true).",
+            )
+        out[key] = Accelerator(
+            key=key,
+            name=a["name"],
+            aliases=tuple(a.get("aliases", ())),
+            memory_gib=None if a.get("memory_from_host") else float(a["memory_gib"]),
+            tflops=dict(a.get("tflops", {})),
+            bandwidth_gbs=a.get("bandwidth_gbs"),
+            source=a["source"],
+            note=a.get("note"),
+            link=a.get("link"),
+            link_gbs=a.get("link_gbs"),
+            link_source=a.get("link_source"),
+        )
+    return out
+
+
+def _optimizers(raw: dict, files: _Files) -> dict[str, OptimizerRecord]:
     """Optimizers of optimizers.toml, in its order."""
     out = {}
-    for name, o in raw.get("optimizers", {}).items():
-        try:
-            out[name] = OptimizerRecord(
-                name=name, **{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()}
-            )
-        except TypeError as e:
-            raise RulesError(f"optimizers.toml: optimizer {name}: {e}") from e
+    for name, o in raw["optimizers"].items():
+        out[name] = OptimizerRecord(
+            name=name, **{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()}
+        )
         if (out[name].trainer is None) == (out[name].code is None):
-            raise RulesError(f"optimizers.toml: optimizer {name} needs exactly one of trainer and code")
-    if not out:
-        raise RulesError("optimizers.toml names no optimizer")
-    return out
-
-
-def _families(raw: dict, optimizers: tuple[str, ...]) -> dict[str, FamilyRecord]:
-    """Families of families.toml; the grid defaults to the file's top-level grid_optimizers/strategies."""
-    out = {}
-    for name, f in raw.get("families", {}).items():
-        try:
-            inputs = tuple(f["inputs"])
-            if not inputs or any(i not in INPUTS for i in inputs):
-                raise RulesError(f"families.toml: family {name}'s inputs must be some of {', '.join(INPUTS)}")
-            out[name] = FamilyRecord(
-                name=name,
-                aliases=tuple(f.get("aliases", ())),
-                reference_model=f.get("reference_model", name),
-                description=f.get("description", ""),
-                grid_optimizers=tuple(f.get("grid_optimizers", raw["grid_optimizers"])),
-                grid_strategies=tuple(f.get("grid_strategies", raw["grid_strategies"])),
-                model_types=tuple(f.get("model_types", ())),
-                inputs=inputs,
-                fit_seq_len=int(f.get("fit_seq_len", raw["fit_seq_len"])),
-                module=f.get("module"),
+            files.fail(
+                "optimizers",
+                ("optimizers", name),
+                "needs exactly one of trainer and code.",
             )
-        except KeyError as e:
-            raise RulesError(
-                f"families.toml: family {name} needs {e.args[0]} (or a top-level default)"
-            ) from e
-    for fam in out.values():
-        unknown = [o for o in fam.grid_optimizers if o not in optimizers]
-        unknown += [s for s in fam.grid_strategies if s not in raw["strategies"]]
-        if unknown:
-            raise RulesError(f"families.toml: family {fam.name}'s grid names unknown {', '.join(unknown)}")
     return out
 
 
-# Numbers of the rules that answers read as they are: (file, table path, key, what a value must be, check)
-_NUMBERS = (
-    (
-        "flowchart.toml",
-        ("evidence",),
-        "match_scale_ratio",
-        "a ratio of at least 1 (e.g. 2)",
-        lambda v: v >= 1,
-    ),
-    (
-        "flowchart.toml",
-        ("evidence",),
-        "scale_warning_ratio",
-        "a ratio of at least 1 (e.g. 3)",
-        lambda v: v >= 1,
-    ),
-    (
-        "protocol.toml",
-        ("tuning",),
-        "extend",
-        "a whole number of grid steps, 0 or more (e.g. 3)",
-        lambda v: v >= 0,
-    ),
-)
+def _families(raw: dict) -> dict[str, FamilyRecord]:
+    """Families of families.toml; the grid defaults to the file's top-level grid_optimizers/strategies."""
+    return {
+        name: FamilyRecord(
+            name=name,
+            aliases=tuple(f.get("aliases", ())),
+            reference_model=f.get("reference_model", name),
+            description=f.get("description", ""),
+            grid_optimizers=tuple(f.get("grid_optimizers", raw["grid_optimizers"])),
+            grid_strategies=tuple(f.get("grid_strategies", raw["grid_strategies"])),
+            model_types=tuple(f.get("model_types", ())),
+            inputs=tuple(f["inputs"]),
+            fit_seq_len=f.get("fit_seq_len", raw["fit_seq_len"]),
+            module=f.get("module"),
+        )
+        for name, f in raw["families"].items()
+    }
 
 
-def _check_numbers(flowchart: dict, protocol: dict) -> None:
-    """Each number of _NUMBERS present and of its kind, or RulesError with a sentence that names it."""
-    files = {"flowchart.toml": flowchart, "protocol.toml": protocol}
-    for file, path, key, what, ok in _NUMBERS:
-        table = files[file]
-        for part in path:
-            table = table.get(part, {}) if isinstance(table, dict) else {}
-        value = table.get(key) if isinstance(table, dict) else None
-        whole = key == "extend"
-        kind = int if whole else int | float
-        if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
-            raise RulesError(f"rules/{file}: [{'.'.join(path)}] {key} must be {what}, not {value!r}.")
-
-
-def _arms(raw: dict) -> dict[str, str]:
+def _arms(raw: dict, files: _Files) -> dict[str, str]:
     """families.toml `arms`: each a strategy of the list, standing for another strategy of the list."""
     arms = raw.get("arms", {})
-    if not isinstance(arms, dict):
-        raise RulesError("families.toml: arms must be a table of strategy = the strategy it is measured as.")
     for arm, base in arms.items():
         if arm not in raw["strategies"] or base not in raw["strategies"] or arm == base:
-            raise RulesError(
-                f"families.toml: arms.{arm} = {base!r} must name two different strategies of `strategies`."
+            files.fail(
+                "families",
+                ("arms", arm),
+                f"= {base!r} must name two different strategies of `strategies`.",
             )
     return dict(arms)
 
@@ -357,19 +495,14 @@ def extended(base: dict, user: dict) -> dict:
     return out
 
 
-def _read(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise RulesError(f"rules file {path} is missing") from e
-    except tomllib.TOMLDecodeError as e:
-        raise RulesError(f"rules file {path} is not valid TOML: {e}") from e
-
-
-def _check_model_types_unique(families: dict[str, FamilyRecord]) -> None:
+def _check_model_types_unique(families: dict[str, FamilyRecord], files: _Files) -> None:
     seen: dict[str, str] = {}
     for fam in families.values():
         for mt in fam.model_types:
             if mt in seen:
-                raise RulesError(f"model_type {mt!r} is listed under both {seen[mt]} and {fam.name}")
+                files.fail(
+                    "families",
+                    ("families", fam.name, "model_types"),
+                    f"lists {mt!r}, which families.{seen[mt]} lists too: a model_type belongs to one family.",
+                )
             seen[mt] = fam.name

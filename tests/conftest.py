@@ -158,3 +158,35 @@ def ref(name: str, rules=None):
     from advisor.model_ref import resolve_model
 
     return resolve_model(str(name), rules or RULES)
+
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+# Chromium as root, on a closed network: no sandbox, no GPU, no background connections (refused here).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's), driven by playwright; skipped only where Chromium is not installed
+    (a failure under CI, where `make browser` installs it)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(
+                f"{CHROMIUM} is missing in CI: `make browser` installs it (apt-get install chromium)."
+            )
+        pytest.skip(f"{CHROMIUM} is not installed (`make browser`, or apt-get install chromium)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="pip install -e '.[dev]' installs playwright"
+    )
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -4,7 +4,6 @@ or not enough evidence, with the numbers on both sides."""
 from __future__ import annotations
 
 import sqlite3
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -15,7 +14,7 @@ from advisor.answers.recommendation import Answer, Entry, recommend
 from advisor.errors import NoEvidence, RulesError
 from advisor.kb.reader import Group
 from advisor.places import shipped_rules_dir
-from advisor.rules import Rules
+from advisor.rules import Rules, read_rules_file
 
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
 NOT_COMPARABLE = "not comparable"  # the evidence was measured under another protocol than the claim's
@@ -52,8 +51,9 @@ class Verdict:
 
 
 def load_claims(directory: str | None = None) -> list[dict]:
+    """The paper's claims (rules/claims.toml), checked against its schema as every rules file is."""
     path = (shipped_rules_dir() if directory is None else Path(directory)) / "claims.toml"
-    return tomllib.loads(path.read_text())["claims"]
+    return read_rules_file(path, "claims")["claims"]
 
 
 class Checker:

@@ -3,12 +3,11 @@ strategy) with their metric values, seeds and intervals, and which of them may b
 
 from __future__ import annotations
 
-import importlib
 import math
 import sqlite3
-import threading
 from dataclasses import dataclass
 
+from advisor.answers import stats
 from advisor.answers.stats import TTest, finite, paired_t, relative_difference, welch_t
 from advisor.errors import NoEvidence
 from advisor.kb.reader import (
@@ -236,10 +235,8 @@ def _stat(agg: Aggregate, converted: bool) -> Stat:
 
 
 def t_quantile(dof: int) -> float:
-    """The two-sided 95 % Student-t quantile (scipy, imported only when a group has repeated seeds)."""
-    from scipy.special import stdtrit
-
-    return float(stdtrit(dof, 0.5 + CONFIDENCE / 2))
+    """The two-sided 95 % Student-t quantile."""
+    return stats.t_quantile(dof, 0.5 + CONFIDENCE / 2)
 
 
 class GroupEvidence:
@@ -247,8 +244,6 @@ class GroupEvidence:
 
     def __init__(self, conn: sqlite3.Connection, group: Group, rules: Rules):
         self.conn, self.group, self.rules = conn, group, rules
-        if group.n_seeds > 1:  # intervals will need scipy: import it while SQLite aggregates (GIL released)
-            threading.Thread(target=importlib.import_module, args=("scipy.special",), daemon=True).start()
         self.cells: dict[tuple[str, str], Cell] = {
             (c.optimizer, c.strategy): c for c in group_cells(conn, group)
         }

@@ -29,6 +29,7 @@ from advisor.cli.params import (
     source_option,
 )
 from advisor.cli.reporting import picture_option, write_pictures
+from advisor.render.files import replace_file
 from advisor.render.views import answer_view, claims_view, flowchart_view, frontier_view
 from advisor.rules import load_rules
 
@@ -252,7 +253,9 @@ def claims(source, markdown_path, db, as_json):
         command = (
             "advisor claims" + (f" --source {source}" if source else "") + f" --markdown {markdown_path}"
         )
-        markdown_path.write_text(markdown(verdicts, source, command))
+        replace_file(
+            markdown_path, markdown(verdicts, source, command).encode("utf-8")
+        )  # never through a link
     if as_json:
         echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
     else:

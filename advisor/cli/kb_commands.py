@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -20,6 +21,7 @@ from advisor.cli.params import (
     source_option,
     write_db_option,
 )
+from advisor.errors import KBError
 from advisor.kb import reader
 from advisor.kb.build import build_kb, import_file, merge_kbs
 from advisor.kb.export import runs_csv, runs_json
@@ -163,9 +165,20 @@ def build(output, shipped):
         raise click.UsageError(
             "say where to write: -o PATH, or --shipped for the package's own kb/results.sqlite."
         )
-    out = output or places.shipped_kb_path()
+    out = _build_target(output) if output else places.shipped_kb_path()
     counts = build_kb(out, load_rules())
     click.echo(f"Built {out}: " + ", ".join(f"{k} {v} runs" for k, v in counts.items()) + ".")
+
+
+def _build_target(output: Path) -> Path:
+    """-o names any file but the shipped KB, which only --shipped rebuilds (as every other writer refuses it)."""
+    try:
+        return places.resolve_write_path(output)
+    except KBError as e:
+        raise KBError(
+            f"{output} is the shipped KB, the package's own data: -o writes another file, and "
+            "`advisor kb build --shipped` rebuilds it from kb/inputs/."
+        ) from e
 
 
 @kb.command(context_settings=CONTEXT)
@@ -218,10 +231,47 @@ def merge(files, db):
         if merged.repeats
         else ""
     )
+    crashed = (
+        f", {merged.crashed} runs still running in their KB copied as crashed (a merge copies no claim)"
+        if merged.crashed
+        else ""
+    )
     click.echo(
         f"Merged {len(files)} KB{'s' if len(files) > 1 else ''} into {path}: {merged.added} runs added, "
-        f"{merged.skipped} already there, {len(merged.conflicts)} conflicts{repeats}."
+        f"{merged.skipped} already there, {len(merged.conflicts)} conflicts{repeats}{crashed}."
     )
+
+
+@kb.command(context_settings=CONTEXT)
+@db_option
+@domain_errors
+def check(db):
+    """Check a KB is whole and keeps advisor's rules: SQLite's integrity check of every page, its schema
+    exactly advisor's, every row within the rules. Default: the shipped KB and your own.
+
+    Exit code 1 when one is damaged or breaks the rules: move it aside (or restore it from a copy).
+
+    \b
+    Examples:
+        advisor kb check
+        advisor kb check --db colleague.sqlite
+    """
+    paths = [places.resolve_db_path(db)] if db or os.environ.get("ADVISOR_DB") else reader.kbs_read()
+    bad = 0
+    for kb_path in paths:
+        problems = reader.check_kb(kb_path)
+        bad += bool(problems)
+        click.echo(
+            f"{kb_path}: "
+            + ("ok (every page sound, schema and rows as advisor's)" if not problems else "NOT USABLE")
+        )
+        for problem in problems:
+            click.echo(f"  {problem}")
+    if bad:
+        raise click.ClickException(
+            f"{bad} KB{'s' if bad > 1 else ''} damaged or breaking advisor's rules (above): move "
+            f"{'them' if bad > 1 else 'it'} aside (mv FILE FILE.bad), or restore from a copy."
+        )
 
 
 @kb.command(context_settings=CONTEXT)

@@ -8,15 +8,17 @@ import errno
 import functools
 import json
 import math
+import sqlite3
 import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from advisor.errors import Error, InputError, UnsupportedModel
+from advisor.errors import Error, InputError, RulesError, UnsupportedModel
 from advisor.kb import reader
 from advisor.kb.migrations import STATUSES
+from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS
 from advisor.rules import load_rules
@@ -35,6 +37,12 @@ def echo_json(obj) -> None:
     click.echo(json.dumps(obj, indent=indent, default=str))
 
 
+class RulesProblem(click.ClickException):
+    """A rules file that cannot be used (the user's, most likely): bad input, one sentence, exit code 2."""
+
+    exit_code = 2
+
+
 def domain_errors(fn):
     """advisor's errors as the command line says them: a bad option (InputError) is a usage error, exit code
     2, naming the option; anything else one sentence, exit code 1. Never a traceback for the user's mistake."""
@@ -47,12 +55,27 @@ def domain_errors(fn):
             if e.param is None:
                 raise click.UsageError(str(e)) from e
             raise click.BadParameter(str(e), param_hint=f"'{e.param}'") from e
+        except RulesError as e:
+            raise RulesProblem(str(e)) from e
         except Error as e:
             raise click.ClickException(str(e)) from e
+        except sqlite3.DatabaseError as e:  # met while answering: a KB damaged where the checks did not look
+            raise click.ClickException(sqlite_error(e)) from e
         except OSError as e:  # writing a report, an export, a cache: the environment's, said in a sentence
             raise click.ClickException(os_error(e)) from e
 
     return wrapper
+
+
+def sqlite_error(e: sqlite3.DatabaseError) -> str:
+    """An SQLite error met mid-command, as one sentence naming the KBs read and what to do."""
+    kbs = " and ".join(reader.READING) or "the knowledge base"
+    if TIMED_OUT in str(e):
+        return str(timed_out(kbs, e))
+    return (
+        f"reading {kbs} failed ({e}), so nothing was answered: `advisor kb check` says which file is damaged; "
+        "move it aside (mv FILE FILE.bad), or restore it from a copy."
+    )
 
 
 def os_error(e: OSError) -> str:
@@ -63,9 +86,11 @@ def os_error(e: OSError) -> str:
 
 
 def checked_rules():
-    """The rules, for parsing options: a broken rules file (the user's, most likely) is a sentence, exit 1."""
+    """The rules, for parsing options: a broken rules file (the user's, most likely) is a sentence, exit 2."""
     try:
         return load_rules()
+    except RulesError as e:
+        raise RulesProblem(str(e)) from e
     except Error as e:
         raise click.ClickException(str(e)) from e
 

@@ -48,21 +48,24 @@ def picture_option(flag: str, suffixes: tuple[str, ...], help: str):
         return value
 
     path = click.Path(dir_okay=False, path_type=Path)
+    help += " An existing FILE is replaced whole (a symbolic link by the file, never written through)."
     return click.option(flag, type=path, metavar="FILE", callback=check, help=help)
 
 
 def write_pictures(draw, html: Path | None = None, png: Path | None = None) -> None:
-    """Draw the chart once (draw(charts) -> chart) and write it as interactive HTML and/or PNG."""
+    """Draw the chart once (draw(charts) -> chart) and write it as interactive HTML and/or PNG. The files are
+    the ones the user named: one there is replaced, in one step, and a symbolic link there replaced by the
+    file rather than written through (charts.replace_file), so a link planted at the name reaches nothing."""
     if not (html or png):
         return
     charts = charts_module()
     chart = draw(charts)
     if html:
-        html.write_text(charts.html_page(chart), encoding="utf-8")
+        charts.replace_file(html, charts.html_page(chart).encode("utf-8"))
         click.echo(f"Wrote {html}: interactive HTML, opens offline in any browser.", err=True)
     if png:
         data = charts.png_bytes(chart)
-        png.write_bytes(data)
+        charts.replace_file(png, data)
         width, height = png_size(data)
         click.echo(f"Wrote {png}: {width} × {height} px PNG.", err=True)
 
@@ -81,6 +84,23 @@ def check_folder(out: Path) -> None:
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise click.ClickException(f"cannot write into {parent}: permission denied. Choose another --out.")
+
+
+def check_own_folder(out: Path, force: bool) -> None:
+    """Refuse, before any work, a folder that holds files a report did not write (unless --force: its
+    index.html and vega.js would be replaced without a word), or a folder where either of them goes."""
+    from advisor.render.site import foreign_files, in_the_way
+
+    blocked = in_the_way(out)
+    if blocked:
+        raise click.ClickException(
+            f"cannot write {blocked[0]}, a folder: move it aside or choose another --out."
+        )
+    if not force and foreign_files(out):
+        raise click.ClickException(
+            f"{out} holds files that advisor report did not write: choose a new or empty folder, or add "
+            "--force to write index.html and vega.js among them."
+        )
 
 
 def kb_label(db, shown=str) -> str:
@@ -111,7 +131,14 @@ def fit_accelerators(ctx, param, values: tuple[str, ...]):
     metavar="DIR",
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder to write the site into (created if missing). Only DIR/index.html and DIR/vega.js are "
-    "written; open index.html in a browser, no server or network needed.",
+    "written; open index.html in a browser, no server or network needed. A folder that holds other files "
+    "is refused unless it holds an earlier report, or --force.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write into a folder that holds files a report did not write: DIR/index.html and DIR/vega.js are "
+    "replaced (a symbolic link there by the file, never written through); nothing else is touched.",
 )
 @click.option(
     "--gpu",
@@ -125,7 +152,7 @@ def fit_accelerators(ctx, param, values: tuple[str, ...]):
 @source_option
 @db_option
 @domain_errors
-def report(out_dir, gpus, source, db):
+def report(out_dir, force, gpus, source, db):
     """Write a static site of the knowledge base's answers, to read in a browser or put in a slide.
 
     One page: the recommendation flowchart (family × metric → optimizer + strategy), every answer with its
@@ -142,11 +169,13 @@ def report(out_dir, gpus, source, db):
         advisor report --out site-measured/ --source measured
         advisor report --out my-runs/ --db runs.sqlite
         advisor report --out site/ --gpu L4 --gpu H200
+        advisor report --out docs/ --force
     """
     charts_module()  # say what is missing before any work
     from advisor.render.site import shown_path, write_site  # Jinja2 and the charts: the plots extra
 
     check_folder(out_dir)
+    check_own_folder(out_dir, force)
     label = kb_label(db, shown_path)
     index = write_site(reading_kb(db, source), out_dir, load_rules(), source, label, gpus)
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")

@@ -9,12 +9,18 @@ The run is written to the user's KB (or `AdvisorCallback(db=PATH)`), under sourc
 (`args.optim`, or the optimizer passed to the Trainer), the strategy (`activation_checkpointing`,
 `gradient_accumulation_steps`), dtype, batch and sequence length; the training loss of every log, the eval
 loss, step time and throughput; peak CUDA memory and peak RSS. It is claimed `running` when training
-begins, with a lease its heartbeat renews: a run that never reaches `on_train_end` (an exception, a kill)
-becomes `crashed` (`oom` for an out-of-memory error), never lost.
+begins, with a lease its heartbeat renews, and each log is written as it comes (an `epochs` row: `epoch` is
+the log's number, `steps` the global step, `wall_s` the time since the last log), so a kill loses none.
 
-When the run ends (on_train_end, or crashed at exit) the main process prints one line to stderr, where the
-Trainer's progress bar and transformers' own messages go (stdout stays the script's): what was recorded,
-in which KB, and the advisor command that shows it.
+A run that never reaches `on_train_end` is never left `running`: when `Trainer.train` leaves the stack
+without it (an exception, caught by the script or not), a watcher thread ends the run `failed` (`oom` for
+an out-of-memory error, `crashed` for Ctrl-C) with the exception's sentence while anything still holds the
+exception, within WATCH_S; a run still training when the interpreter exits is `crashed`; a killed process's
+run is `crashed` by the next writer (its lease expires, or its pid is dead on this host).
+
+When the run ends (on_train_end, the watcher, or at exit) the main process prints one line to stderr,
+where the Trainer's progress bar and transformers' own messages go (stdout stays the script's): what was
+recorded, in which KB, and the advisor command that shows it.
 
 Imports transformers (the user's script already has): the answer side never imports this module.
 """
@@ -22,14 +28,17 @@ Imports transformers (the user's script already has): the answer side never impo
 from __future__ import annotations
 
 import atexit
+import gc
 import hashlib
 import json
 import os
 import resource
 import shlex
 import socket
+import sqlite3
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +46,7 @@ import torch
 from tqdm.auto import tqdm  # the Trainer's progress bars: a line written through tqdm does not break one
 from transformers import TrainerCallback
 
+from advisor.errors import KBError
 from advisor.kb import lease, store
 from advisor.kb.reader import USER_ID_OFFSET, group_ref
 from advisor.measuring.hardware import describe, pid_alive
@@ -44,6 +54,9 @@ from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
 
 SOURCE = "trainer"
+WATCH_S = 0.5  # how often the watcher looks whether Trainer.train is still on its thread's stack
+UNKNOWN_END = "training ended without on_train_end (an exception the script caught?)"
+RESTARTED = "the Trainer started over at a smaller batch (auto_find_batch_size) after running out of memory"
 # transformers' `optim` names -> the optimizer names of rules/families.toml (others are kept as given)
 OPTIMIZERS = {
     "adamw_torch": "adamw",
@@ -75,25 +88,38 @@ class AdvisorCallback(TrainerCallback):
         self.rules = load_rules()
         self.model_name = model_name
         self.run_id: int | None = None
+        self.conn: sqlite3.Connection | None = None  # the KB, open for writing while a run is
+        self.lock = threading.Lock()  # the watcher thread and the training thread both end runs
         self.losses: list[float] = []
         self.eval_loss: float | None = None
-        self.epoch_losses: list[float] = []
-        self.epoch_started = self.started = 0.0
-        self.epoch = 0
+        self.logs = 0
+        self.started = self.logged_at = 0.0
         self.heartbeat = None
-        self.failure: BaseException | None = None
+        self.state = None  # the Trainer's state (steps and epochs so far), updated in place as it trains
+        self.watch: TrainWatch | None = None
+        self.pid = os.getpid()
+        self.unwritten = False  # a log the KB refused (a full disk): said once, training goes on
         self.samples_per_s: float | None = None
+        self.exit_hooked = False
 
     # --- Trainer events ------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        frame = training_frame()
+        if not self.exit_hooked:
+            atexit.register(self._at_exit)
+            self.exit_hooked = True
+        if self.run_id is not None:  # train() began again before its last run ended
+            self._end_open_run(frame)
         loader = kwargs.get("train_dataloader")
         run = describe_run(args, model, optimizer, loader, self.model_name, self.rules)
-        self.run, self.main = run, state.is_world_process_zero
-        with store.writing(self.path) as conn:
-            lease.mark_crashed(conn, pid_alive)
+        self.run, self.main, self.pid, self.state = run, state.is_world_process_zero, os.getpid(), state
+        self.losses, self.eval_loss, self.logs, self.samples_per_s = [], None, 0, None
+        self.conn = store.open_for_writing(self.path)
+        lease.mark_crashed(self.conn, pid_alive)
+        with store.transaction(self.conn):
             self.run_id = store.insert_run(
-                conn,
+                self.conn,
                 {
                     **run,
                     "status": "running",
@@ -104,63 +130,82 @@ class AdvisorCallback(TrainerCallback):
             )
         self.heartbeat = lease.Heartbeat(self.path).__enter__()
         self.heartbeat.hold(self.run_id)
-        self._watch_for_an_unfinished_end()
-        self.started = self.epoch_started = time.perf_counter()
+        # watched when called from Trainer.train (as the Trainer calls it), not when called by hand
+        self.watch = TrainWatch(frame, self._train_left) if frame is not None else None
+        self.started = self.logged_at = time.perf_counter()
         _reset_cuda_peak()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         if "loss" in logs:
             self.losses.append(float(logs["loss"]))
-            self.epoch_losses.append(float(logs["loss"]))
         if "eval_loss" in logs:
             self.eval_loss = float(logs["eval_loss"])
         if "train_samples_per_second" in logs:  # the Trainer's last log
             self.samples_per_s = float(logs["train_samples_per_second"])
+        if "loss" in logs or "eval_loss" in logs:
+            self._write_log(state, logs)
+
+    def _write_log(self, state, logs: dict) -> None:
+        """One log's losses written to the KB as it comes (an epochs row): a killed run keeps them."""
+        now = time.perf_counter()
+        row = {
+            "epoch": self.logs,  # the log's number: a Trainer logs every logging_steps, not per epoch
+            "steps": state.global_step,
+            "loss": float(logs["loss"]) if "loss" in logs else None,
+            "eval_loss": float(logs["eval_loss"]) if "eval_loss" in logs else None,
+            "wall_s": now - self.logged_at,
+            "peak_rss_gb": _peak_rss_gb(),
+            "peak_gpu_allocated_gb": _cuda_peak_gb(),
+        }
+        with self.lock:
+            if self.run_id is None:  # a log after the run ended (trainer.evaluate() after train())
+                return
+            try:
+                store.add_epoch(self.conn, self.run_id, row)
+            except (KBError, sqlite3.Error) as e:  # the run's figures still come at its end
+                self._say_once(
+                    f"advisor: could not write a log to {shown_path(self.path)} ({e}); training goes on."
+                )
+        self.logs, self.logged_at = self.logs + 1, now
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics and "eval_loss" in metrics:
             self.eval_loss = float(metrics["eval_loss"])
 
-    def on_epoch_end(self, args, state, control, **kwargs):
-        now = time.perf_counter()
-        row = {
-            "epoch": self.epoch,
-            "steps": state.global_step,
-            "loss": statistics.fmean(self.epoch_losses) if self.epoch_losses else None,
-            "wall_s": now - self.epoch_started,
-            "eval_loss": self.eval_loss,
-            "peak_rss_gb": _peak_rss_gb(),
-            "peak_gpu_allocated_gb": _cuda_peak_gb(),
-        }
-        if self.run_id is not None:
-            with store.writing(self.path) as conn:
-                store.add_epoch(conn, self.run_id, row)
-        self.epoch, self.epoch_started, self.epoch_losses = self.epoch + 1, now, []
-
     def on_train_end(self, args, state, control, **kwargs):
-        self._finish("ok", None, state)
+        self._finish("ok", None)
 
     # --- ending ----------------------------------------------------------------------------------------
 
-    def _finish(self, status: str, error: str | None, state=None) -> None:
-        """The run's figures and status written, its lease let go, and (main process) its line printed."""
-        if self.run_id is None:
-            return
-        run_id, self.run_id = self.run_id, None
-        wall = time.perf_counter() - self.started
-        metrics = figures(self.losses, self.eval_loss, wall, state)
-        if self.samples_per_s is not None:
-            metrics.append(
-                ("samples_per_s", self.samples_per_s, "training samples per second (the Trainer's)")
-            )
-        with store.writing(self.path) as conn:
-            store.finish_run(conn, run_id, status, error, metrics)
-            group = conn.execute("SELECT grp FROM runs WHERE id = ?", [run_id]).fetchone()[0]
-        if self.heartbeat is not None:
-            self.heartbeat.let_go(run_id)
-            self.heartbeat.__exit__(None, None, None)
-            self.heartbeat = None
+    def _finish(self, status: str, error: str | None, watched=None) -> None:
+        """The run's figures and status written, its lease let go, and (main process) its line printed.
+        `watched`: only if the open run is the one whose train() frame that is (a watcher's late call)."""
+        with self.lock:
+            if self.run_id is None or (
+                watched is not None and getattr(self.watch, "frame", None) is not watched
+            ):
+                return
+            run_id, self.run_id = self.run_id, None
+            if self.watch is not None:
+                self.watch.stop()  # its thread ends, and lets go of the frame (and so of the Trainer)
+                self.watch = None
+            wall = time.perf_counter() - self.started
+            metrics = figures(self.losses, self.eval_loss, wall, self.state)
+            if self.samples_per_s is not None:
+                metrics.append(
+                    ("samples_per_s", self.samples_per_s, "training samples per second (the Trainer's)")
+                )
+            if self.heartbeat is not None:  # its connection closed before ours lets go of the KB
+                self.heartbeat.let_go(run_id)
+                self.heartbeat.__exit__(None, None, None)
+                self.heartbeat = None
+            try:
+                store.finish_run(self.conn, run_id, status, error, metrics)
+                group = self.conn.execute("SELECT grp FROM runs WHERE id = ?", [run_id]).fetchone()[0]
+            finally:
+                store.release(self.conn)
+                self.conn = None
         if self.main:
             tqdm.write(self._recorded(run_id, group, status), file=sys.stderr)
 
@@ -178,28 +223,120 @@ class AdvisorCallback(TrainerCallback):
             return [f"eval loss {self.eval_loss:.4g}"]
         return [f"training loss {self.losses[-1]:.4g}"] if self.losses else []
 
-    def _watch_for_an_unfinished_end(self) -> None:
-        """An exception out of trainer.train() ends the run crashed (oom for out of memory) at the latest
-        when the interpreter exits; a kill leaves it to the lease (the next writer marks it crashed)."""
-        previous = sys.excepthook
+    def _say_once(self, line: str) -> None:
+        if not self.unwritten and self.main:
+            tqdm.write(line, file=sys.stderr)
+        self.unwritten = True
 
-        def hook(kind, value, tb):
-            self.failure = value
-            previous(kind, value, tb)
+    # --- a run that did not reach on_train_end ---------------------------------------------------------
 
-        sys.excepthook = hook
-        atexit.register(self._end_unfinished)
+    def _train_left(self, frame) -> None:
+        """Trainer.train left the stack without on_train_end: ended by the exception that left it."""
+        if self.run_id is not None:
+            self._finish(*verdict(escaped(frame)), watched=frame)
 
-    def _end_unfinished(self) -> None:
-        if self.run_id is None:
+    def _end_open_run(self, frame) -> None:
+        """train() began again while a run was open: within the same train() call, accelerate's
+        find_executable_batch_size retrying after an out-of-memory error; else an earlier train() that
+        ended without on_train_end, which the watcher had not yet seen."""
+        watched = self.watch.frame if self.watch is not None else None
+        if watched is not None and watched is frame:
+            self._finish("oom", RESTARTED)
+        else:
+            self._train_left(watched)
+
+    def _at_exit(self) -> None:
+        """At interpreter exit: a run whose train() ended without on_train_end is failed (the exception the
+        interpreter reported, if uncaught); one still training (in another thread) is crashed."""
+        if self.run_id is None or os.getpid() != self.pid:  # a forked child: its parent owns the run
             return
-        e = self.failure
-        oom = e is not None and ("out of memory" in str(e).lower() or isinstance(e, MemoryError))
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}" if e else None
-        self._finish(
-            "oom" if oom else "crashed",
-            why or "the training ended before the Trainer's on_train_end (interrupted or raised)",
-        )
+        if self.watch is None:  # on_train_begin came from outside Trainer.train: how it ended is unknown
+            self._finish("crashed", "the training ended before the Trainer's on_train_end")
+        elif not self.watch.running():
+            self._train_left(self.watch.frame)
+        else:
+            self._finish("crashed", "the interpreter exited while the Trainer was still training")
+
+
+class TrainWatch:
+    """A daemon thread that looks, every WATCH_S, whether a Trainer.train frame is still on its thread's
+    stack, and calls `left(frame)` once it is not: the one sign of an exception a script caught, since the
+    Trainer calls no callback when train() raises. Nothing global is patched."""
+
+    def __init__(self, frame, left):
+        self.frame, self.left = frame, left
+        self.thread_id = threading.get_ident()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="advisor-train-watch", daemon=True).start()
+
+    def running(self) -> bool:
+        """Whether the frame is on its thread's stack (the thread alive)."""
+        frame = sys._current_frames().get(self.thread_id)
+        while frame is not None:
+            if frame is self.frame:
+                return True
+            frame = frame.f_back
+        return False
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(WATCH_S):
+            if not self.running():
+                self.left(self.frame)
+                return
+
+
+def training_frame():
+    """The outermost Trainer.train frame on this thread's stack (a subclass's override included), or None
+    when the callback was called otherwise."""
+    from transformers import Trainer
+
+    found, frame = None, sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "train" and "self" in code.co_varnames:
+            if isinstance(frame.f_locals.get("self"), Trainer):
+                found = frame
+        frame = frame.f_back
+    return found
+
+
+def escaped(frame) -> BaseException | None:
+    """The exception that left Trainer.train through `frame`, while anything still holds it: the script's
+    except clause or a variable, or the interpreter's report of an uncaught one; None once it is gone."""
+    if frame is None:
+        return None
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)  # uncaught, reported
+    alive = [last] if last is not None else []
+    alive += [o for o in gc.get_objects() if issubclass(type(o), BaseException)]  # never o.__class__
+    through = [e for e in alive if _passed(e, frame)]
+    causes = {id(c) for e in through for c in (e.__cause__, e.__context__) if c is not None}
+    return next((e for e in through if id(e) not in causes), through[0] if through else None)
+
+
+def _passed(exception: BaseException, frame) -> bool:
+    """Whether the exception's traceback goes through the frame."""
+    tb = exception.__traceback__
+    while tb is not None:
+        if tb.tb_frame is frame:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def verdict(exception: BaseException | None) -> tuple[str, str]:
+    """(status, error) of a run that train() left by this exception (None: not known)."""
+    if exception is None:
+        return "failed", UNKNOWN_END
+    text = str(exception).strip()
+    why = f"{type(exception).__name__}: {text.splitlines()[0]}" if text else type(exception).__name__
+    if isinstance(exception, KeyboardInterrupt | SystemExit):
+        return "crashed", f"interrupted ({why})"
+    if isinstance(exception, MemoryError) or "out of memory" in text.lower():
+        return "oom", why
+    return "failed", why
 
 
 def command_for(family: str, group: str | None, status: str, db: Path | None) -> str:

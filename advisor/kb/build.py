@@ -3,19 +3,27 @@ KB from its versioned inputs, atomically) and `advisor kb merge` (other KBs into
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb import lease, store
+from advisor.kb import admission, lease, store
 from advisor.kb.ingest import read_export, read_figures, read_file, read_setup
-from advisor.kb.reader import export_runs, export_validations
-from advisor.kb.schema import applied_migrations, connect_readonly, connect_ro
+from advisor.kb.reader import export_validations, iter_runs
+from advisor.kb.schema import (
+    applied_migrations,
+    connect_readonly,
+    connect_ro,
+    corrupt_error,
+    integrity_problems,
+)
 from advisor.places import shipped_inputs_dir
-from advisor.rules import Rules
+from advisor.rules import Rules, load_rules
 
 
 def import_file(db_path: Path, path: Path, rules: Rules, setup_path: Path | None = None) -> tuple[int, int]:
@@ -34,47 +42,147 @@ class Merged:
     skipped: int = 0
     conflicts: list[str] = field(default_factory=list)  # 'uid …: status ok here, crashed in FILE'
     repeats: int = 0  # runs of a cell, seed and hardware that already has an outcome: a repeat, not a seed
+    crashed: int = 0  # runs `running` in a source: copied as crashed, never as a claim
+
+
+MERGE_BATCH = 500  # runs read from a source at a time: a merge holds a batch, never a whole KB
 
 
 def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
     """Unite KBs into the one at db_path by run identity (uid), in one transaction: runs it lacks are added
     with their provenance; runs it holds are skipped, and those that differ (status, figures) are reported
     as conflicts, never overwritten. A run of a cell, seed and hardware that already ended (ok, oom, ...)
-    is a repeat, left out as `measure` would skip it: the same seed twice is not two seeds. Merging the same
-    files twice changes nothing the second time."""
-    loaded = []
-    for path in files:
-        conn = connect_readonly(path)  # an advisor KB at this schema, or a sentence
+    is a repeat, left out as `measure` would skip it: the same seed twice is not two seeds. A run still
+    `running` in a source is copied as `crashed`, its origin said (a merge copies no claim). Every run is
+    checked against advisor's rules (advisor.kb.admission) before the target is opened: one that breaks
+    them refuses the whole merge, and the target is left byte for byte as it was. Sources are streamed,
+    MERGE_BATCH runs at a time. Merging the same files twice changes nothing the second time."""
+    sources = []
+    try:
+        for path in files:
+            sources.append((path, open_source(path)))  # each an advisor KB, whole, or a sentence
+        _refuse_bad_runs(sources)
+        out = Merged()
+        with store.writing(db_path) as conn:
+            staging = store.Staging(conn)
+            try:
+                validations = _stage_sources(conn, staging, sources, out)
+                out.added, out.skipped = staging.commit(validations)
+            finally:
+                staging.drop()
+        return out
+    finally:
+        for _, src in sources:
+            src.close()
+
+
+def open_source(path: Path) -> sqlite3.Connection:
+    """A KB to merge from, read-only: an advisor KB at this schema (no views, triggers or virtual tables),
+    every page sound, or a sentence."""
+    conn = connect_readonly(path)
+    try:
+        damage = integrity_problems(conn)
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise corrupt_error(path, e) from e
+    if damage:
+        conn.close()
+        raise corrupt_error(path, ValueError(f"integrity check: {damage[0]}"))
+    return conn
+
+
+def _source_batches(path: Path, src: sqlite3.Connection, out: Merged) -> Iterator[list[dict]]:
+    """A source's runs, MERGE_BATCH at a time, `running` ones as crashed; damage met said in a sentence."""
+    try:
+        for batch in iter_runs(src, batch=MERGE_BATCH):
+            yield [_unclaimed(run, path, out) for run in batch]
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+
+
+def _refuse_bad_runs(sources) -> None:
+    """Read every source once, before the target is opened: a run that breaks the rules refuses the merge
+    (BadRuns, naming the first few), and the target is never touched."""
+    rules, problems, total = load_rules(), [], 0
+    for path, src in sources:
+        for batch in _source_batches(path, src, Merged()):
+            for run in batch:  # as stored: a KB's protocol column is never a legacy file's settings
+                problem = admission.run_problem(run, rules)
+                if problem:
+                    total += 1
+                    if len(problems) < admission.MAX_REPORTED:
+                        problems.append(f"{path}: {admission.identity(run)}: {problem}")
         try:
-            loaded.append((path, export_runs(conn), export_validations(conn)))
-        finally:
-            conn.close()
-    out = Merged()
-    with store.writing(db_path) as conn:
-        uids = [r["uid"] for _, file_runs, _ in loaded for r in file_runs]
-        mine = {uid: (digest, "here") for uid, digest in store.run_digests(conn, uids)}
-        ended = lease.ended_cells(conn)
-        runs, validations = [], []
-        for path, file_runs, file_validations in loaded:
-            for run in file_runs:
-                digest = store.run_digest(run)
-                if run["uid"] in mine and mine[run["uid"]][0] != digest:
-                    where = mine[run["uid"]][1]
-                    out.conflicts.append(
-                        f"run {run['uid']} ({run['status']} in {path}) differs from the one {where}: kept"
-                    )
-                    continue
-                cell = lease.cell_of(run)
-                if run["uid"] not in mine and cell in ended:  # as claim_run: one outcome per cell and seed
-                    out.repeats += 1
-                    continue
-                if cell is not None:
-                    ended.add(cell)
-                mine.setdefault(run["uid"], (digest, f"in {path}"))
-                runs.append(run)
-            validations += file_validations
-        out.added, out.skipped = store.write_runs(conn, runs, validations)
-    return out
+            bad = [p for v in export_validations(src) if (p := admission.validation_problem(v))]
+        except sqlite3.DatabaseError as e:
+            raise corrupt_error(path, e) from e
+        if bad:
+            raise KBError(f"{path}: a validation breaks advisor's rules ({bad[0]}), so nothing was merged.")
+    if total:
+        raise store.BadRuns(problems, total, where="kb merge: ")
+
+
+def _stage_sources(conn, staging: store.Staging, sources, out: Merged) -> list[dict]:
+    """Stage every source's new runs, batch by batch. Returns the sources' validations."""
+    seen: dict[str, tuple[str, str]] = {}  # uid -> (digest hash, where) of the runs staged so far
+    ended = lease.ended_cells(conn)
+    validations = []
+    for path, src in sources:
+        for batch in _source_batches(path, src, out):
+            staging.add(_new_runs(conn, batch, path, seen, ended, out))
+        validations += export_validations(src)
+    return validations
+
+
+def _unclaimed(run: dict, path: Path, out: Merged) -> dict:
+    """A run `running` in a source becomes `crashed`: its owner's claim (lease) holds only in that KB."""
+    if run.get("status") != "running":
+        return run
+    out.crashed += 1
+    return {
+        **run,
+        "status": "crashed",
+        "lease_until": None,
+        "error": f"was running in {path.name} (owner {run.get('owner')}, lease until {run.get('lease_until')}) "
+        "when merged: a merge copies no claim",
+    }
+
+
+def _new_runs(conn, batch: list[dict], path: Path, seen: dict, ended: set, out: Merged) -> list[dict]:
+    """The runs of a batch to stage: not a conflict with the target or an earlier source, not a repeat."""
+    broken = [run for run in batch if admission.run_problem(store.normalized(run))]
+    if broken:
+        raise store.BadRuns(
+            [f"{admission.identity(r)}: {admission.run_problem(store.normalized(r))}" for r in broken]
+        )
+    mine = {
+        uid: (_hashed(d), "here")
+        for uid, d in store.run_digests(conn, [r["uid"] for r in batch if r.get("uid")])
+    }
+    keep = []
+    for run in batch:
+        digest, uid = _hashed(store.run_digest(run)), run.get("uid")
+        known = mine.get(uid) or seen.get(uid)
+        if known and known[0] != digest:
+            out.conflicts.append(
+                f"run {uid} ({run['status']} in {path}) differs from the one {known[1]}: kept"
+            )
+            continue
+        cell = lease.cell_of(run)
+        if not known and cell in ended:  # as claim_run: one outcome per cell and seed
+            out.repeats += 1
+            continue
+        if cell is not None:
+            ended.add(cell)
+        if uid:
+            seen.setdefault(uid, (digest, f"in {path}"))
+        keep.append(run)
+    return keep
+
+
+def _hashed(digest: str) -> str:
+    """A run's digest kept short: a merge remembers one per run it has staged."""
+    return hashlib.blake2b(digest.encode(), digest_size=12).hexdigest()
 
 
 def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:

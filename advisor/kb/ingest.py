@@ -11,9 +11,10 @@ import tomllib
 from pathlib import Path
 
 from advisor.errors import KBError
+from advisor.kb import admission
 from advisor.kb.identity import cell_key
-from advisor.kb.migrations import STATUSES
 from advisor.kb.schema import columns
+from advisor.kb.store import normalized
 from advisor.rules import Rules
 
 FIGURE_COLUMNS = ("model", "optimizer", "strategy", "metric", "value", "unit")
@@ -111,8 +112,6 @@ def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
     )
 
 
-JSON_FIELDS = ("software", "config")  # run and validation columns that hold an object, stored as JSON
-SIGNED = {("validations", "value")}  # the only numbers that may be negative (a relative error)
 FILLED = {("runs", "cell_key")}  # required columns the store fills when an import leaves them out
 MAX_REPORTED_NESTING = "nested too deeply to be an advisor export"
 
@@ -156,15 +155,11 @@ def _runs_of(data, path: Path, rules: Rules) -> list[dict]:
 
 
 def _run_problem(run, rules) -> str | None:
+    """What is wrong with one run of an export: its shape (fields, lists), then advisor's rules for every
+    run that enters a KB (advisor.kb.admission, which the store applies again as it writes)."""
     problem = _row_problem(run, "runs", extra=("metrics", "epochs"))
     if problem:
         return problem
-    if run["status"] not in STATUSES:
-        return f"status {run['status']!r} is not one of {', '.join(STATUSES)}"
-    if run["family"] not in rules.families:
-        return f"unknown family {run['family']!r}"
-    if run["optimizer"] not in rules.optimizers or run["strategy"] not in rules.strategies:
-        return f"unknown optimizer or strategy {run['optimizer']!r} / {run['strategy']!r}"
     for kind, key in (("metrics", "metric"), ("epochs", "epoch")):
         rows = run.get(kind, [])
         if not isinstance(rows, list):
@@ -173,15 +168,12 @@ def _run_problem(run, rules) -> str | None:
             problem = _row_problem(row, kind, skip=("run_id",))
             if problem:
                 return f"{key} {i}: {problem}"
-    unknown = [m["name"] for m in run.get("metrics", []) if m["name"] not in rules.measures]
-    if unknown:
-        return f"unknown metric {unknown[0]!r} (known: {', '.join(sorted(rules.measures))})"
-    return None
+    return admission.run_problem(normalized(run), rules)
 
 
 def _row_problem(row, table: str, extra=(), skip=()) -> str | None:
-    """What is wrong with a row for `table`: a key that is no column, a missing required one, or a value
-    of the wrong type or range (the allow-list is the schema itself: advisor/kb/schema.py columns)."""
+    """What is wrong with the shape of a row for `table`: not an object, a key that is no column (the
+    allow-list is the schema itself: advisor/kb/schema.py columns), a required one missing."""
     if not isinstance(row, dict):
         return "not an object"
     cols = {k: v for k, v in columns(table).items() if k not in skip}
@@ -195,27 +187,8 @@ def _row_problem(row, table: str, extra=(), skip=()) -> str | None:
     ]
     if missing:
         return f"missing {', '.join(missing)}"
-    for key, value in row.items():
-        if key in cols and value is not None:
-            problem = _value_problem(value, cols[key][0], key in JSON_FIELDS, (table, key) in SIGNED)
-            if problem:
-                return f"field {key!r} {problem}, not {value!r:.60}"
-    return None
-
-
-def _value_problem(value, kind: str, is_json: bool, signed: bool) -> str | None:
-    if is_json:
-        return None if isinstance(value, dict | str) else "must be an object"
-    if kind == "TEXT":
-        return None if isinstance(value, str) else "must be text"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "must be a number"
-    if kind == "INTEGER" and not isinstance(value, int):
-        return "must be an integer"
-    if not math.isfinite(value):
-        return "must be finite"
-    if value < 0 and not signed:
-        return "must not be negative"
+    if table == "validations":
+        return admission.validation_problem(row)
     return None
 
 

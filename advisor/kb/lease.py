@@ -9,6 +9,7 @@ runs' leases expire on every host. On the owner's own host a dead pid frees the 
 
 from __future__ import annotations
 
+import os
 import socket
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from advisor.kb.store import FINAL, later, now, transaction
 
 LEASE_S = 120  # a running run's lease; its owner's heartbeat renews it every LEASE_S / 4
 LEGACY_RUNNING_S = 24 * 3600  # a running run from before leases, on another host, counts as alive this long
+MAX_LEASE_AHEAD_S = 3600  # no owner sets a lease further ahead (LEASE_S, clocks apart): one that does is void
 
 
 def is_alive(
@@ -33,8 +35,8 @@ def is_alive(
     heartbeat stopped). On this host a dead pid means no at once. A run from before leases counts as alive
     on another host for LEGACY_RUNNING_S after it started."""
     stamp = now()
-    if lease_until is not None and lease_until <= stamp:
-        return False
+    if lease_until is not None and (lease_until <= stamp or lease_until > later(MAX_LEASE_AHEAD_S)):
+        return False  # expired, or further ahead than any owner sets one (a lease until 2999 is forged)
     if owner and ":" in owner and owner.rsplit(":", 1)[0] == socket.gethostname():
         return pid_alive(owner)
     if lease_until is not None:
@@ -106,6 +108,32 @@ def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> 
         }
         store.end_runs(conn, ended, "crashed")
     return len(stale)
+
+
+def pid_alive_here(owner: str) -> bool:
+    """Whether the process of an owner ('host:pid') on this host still exists (readers' check: they may not
+    import the measuring side's)."""
+    pid = owner.rsplit(":", 1)[-1]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def abandoned(owner: str | None, lease_until: str | None, started_at: str | None) -> str | None:
+    """Why a `running` run is in truth abandoned (its owner dead or its lease expired), for readers, which
+    never write: they show it as crashed, and the next writer (measure, the Trainer callback) marks it."""
+    if is_alive(owner, lease_until, started_at, pid_alive_here):
+        return None
+    return (
+        f"its owner ({owner}) no longer holds it (lease {lease_until or 'none'}); shown as crashed, "
+        "and the next run written to this KB marks it"
+    )
 
 
 class Heartbeat:

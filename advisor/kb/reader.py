@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.kb.schema import connect_readonly
+from advisor.errors import KBError
+from advisor.kb import admission, lease
+from advisor.kb.schema import check_schema, connect_readonly, corrupt_error, integrity_problems
 from advisor.places import exists, resolve_db_path, shipped_kb_path, user_kb_path
 
 SOURCE_KINDS = ("paper", "measured")
@@ -350,6 +353,10 @@ def stats(conn: sqlite3.Connection) -> dict:
         for r in conn.execute("SELECT source, count(*) FROM runs GROUP BY source ORDER BY source")
     ]
     by_status = {r[0]: r[1] for r in conn.execute("SELECT status, count(*) FROM runs GROUP BY status")}
+    for _ in _abandoned(conn):  # shown as what they are: crashed (the next writer marks them)
+        by_status["running"] -= 1
+        by_status["crashed"] = by_status.get("crashed", 0) + 1
+    by_status = {k: v for k, v in by_status.items() if v}
     by_metric = {
         r[0]: r[1] for r in conn.execute("SELECT name, count(*) FROM metrics GROUP BY name ORDER BY name")
     }
@@ -392,40 +399,87 @@ def list_runs(
     status: str | None = None,
     limit: int | None = None,
 ) -> list[dict]:
-    where, params = _run_filter(family=family, source=source, status=status)
+    """Runs with their provenance and status; a `running` run whose owner is gone is shown crashed, with
+    why (readers never write: the next writer marks it)."""
+    live = status in ("running", "crashed")  # filtered after the owners are looked at
+    where, params = _run_filter(family=family, source=source, status=None if live else status)
+    if live:
+        where.append("status IN ('running', 'crashed')")
     sql = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
     sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-    if limit:
+    if limit and not live:
         sql += f" LIMIT {int(limit)}"
-    return [dict(zip(RUN_COLUMNS, r, strict=True)) for r in conn.execute(sql, params)]
+    rows = [dict(zip(RUN_COLUMNS, r, strict=True)) for r in conn.execute(sql, params)]
+    gone = dict(_abandoned(conn))
+    for row in rows:
+        if row["id"] in gone:
+            row.update(status="crashed", error=gone[row["id"]])
+    rows = [r for r in rows if r["status"] == status] if live else rows
+    return rows[:limit] if limit else rows
+
+
+def _abandoned(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+    """(id, why) of the runs still marked `running` whose owner is gone: readers show them crashed."""
+    rows = conn.execute("SELECT id, owner, lease_until, started_at FROM runs WHERE status = 'running'")
+    return [
+        (i, why)
+        for i, owner, lease_until, started in rows
+        if (why := lease.abandoned(owner, lease_until, started))
+    ]
 
 
 def export_runs(conn: sqlite3.Connection, source: str | None = None) -> list[dict]:
     """Every run with all its provenance, metrics and epochs: the format `advisor kb import` reads back."""
+    return [run for batch in iter_runs(conn, source) for run in batch]
+
+
+def iter_runs(conn: sqlite3.Connection, source: str | None = None, batch: int = 500) -> Iterator[list[dict]]:
+    """Every run as `export_runs` gives it, `batch` runs at a time from one cursor: a KB of any size is read
+    in bounded memory (`kb merge` streams its sources through this). JSON that does not parse is left as
+    its text, for the rules to refuse (advisor.kb.admission)."""
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
-    where, params = _run_filter(source=source)
-    sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-    out = []
     epoch_cols = [r[1] for r in conn.execute("PRAGMA table_info(epochs)")]
-    for row in conn.execute(sql, params).fetchall():
-        run = dict(zip(cols, row, strict=True))
-        run_id = run.pop("id")
-        run.pop("grp")  # a KB's own numbering: the importing KB gives the run its group
-        run["software"] = json.loads(run["software"] or "{}")
-        run["config"] = json.loads(run["config"] or "{}")
-        run["metrics"] = [
-            dict(name=n, value=v, unit=u, certainty=c, note=note)
-            for n, v, u, c, note in conn.execute(
-                "SELECT name, value, unit, certainty, note FROM metrics WHERE run_id = ? ORDER BY name",
-                [run_id],
+    where, params = _run_filter(source=source)
+    cursor = conn.execute(
+        "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id", params
+    )
+    while rows := cursor.fetchmany(batch):
+        runs = {row[0]: _exported(dict(zip(cols, row, strict=True))) for row in rows}
+        marks = ", ".join("?" * len(runs))
+        for run_id, *figure in conn.execute(
+            f"SELECT run_id, name, value, unit, certainty, note FROM metrics WHERE run_id IN ({marks}) "
+            "ORDER BY run_id, name",
+            list(runs),
+        ):
+            runs[run_id]["metrics"].append(
+                dict(zip(("name", "value", "unit", "certainty", "note"), figure, strict=True))
             )
-        ]
-        run["epochs"] = [
-            {k: v for k, v in zip(epoch_cols, e, strict=True) if k != "run_id"}
-            for e in conn.execute("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", [run_id])
-        ]
-        out.append(run)
-    return out
+        for e in conn.execute(
+            f"SELECT * FROM epochs WHERE run_id IN ({marks}) ORDER BY run_id, epoch", list(runs)
+        ):
+            row = dict(zip(epoch_cols, e, strict=True))
+            runs[row.pop("run_id")]["epochs"].append(row)
+        yield list(runs.values())
+
+
+def _exported(run: dict) -> dict:
+    """A runs row as an export holds it: no local numbering (the importing KB gives the run its group), JSON
+    columns parsed."""
+    run.pop("id")
+    run.pop("grp")
+    for key in ("software", "config"):
+        run[key] = _parsed(run[key])
+    return {**run, "metrics": [], "epochs": []}
+
+
+def _parsed(text):
+    """A JSON column's object, or the text itself where it is not JSON (the rules then say so)."""
+    if text is None:
+        return {}
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return text
 
 
 def export_validations(conn: sqlite3.Connection) -> list[dict]:
@@ -435,7 +489,7 @@ def export_validations(conn: sqlite3.Connection) -> list[dict]:
     out = []
     for row in rows:
         v = {k: val for k, val in zip(cols, row, strict=True) if k != "id"}
-        v["software"] = json.loads(v["software"] or "{}")
+        v["software"] = _parsed(v["software"])
         out.append(v)
     return out
 
@@ -460,11 +514,29 @@ def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
     """The KB to answer from, read-only (raises KBError with a sentence to act on): --db or $ADVISOR_DB
     alone; else the shipped KB and, when it exists, the user's, read together (`read_together`)."""
     if db or os.environ.get("ADVISOR_DB"):
-        return connect_readonly(resolve_db_path(db))
+        path = resolve_db_path(db)
+        READING[:] = [str(path)]
+        conn = connect_readonly(path)
+        try:
+            check_read(conn, Path(path), "main", full=False)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+    READING[:] = [str(shipped_kb_path())] + ([str(user_kb_path())] if exists(user_kb_path()) else [])
     conn = connect_readonly(shipped_kb_path())
     if exists(user_kb_path()):
-        read_together(conn, user_kb_path())
+        try:
+            read_together(conn, user_kb_path())
+        except BaseException:
+            conn.close()
+            raise
     return conn
+
+
+READING: list[str] = []  # the KB files the latest open_for_reading read: what an error met later names
+MAX_CHECKED_BYTES = 1 << 30  # a user KB up to 1 GiB has every page checked as it is read (0.2 s per 130 MB)
+MAX_CHECKED_BYTES_ALONE = 64 << 20  # a KB read alone (--db) has its pages checked up to this size
 
 
 # The user's KB read beside the shipped one: its row ids are shifted by this much, so that no id of one
@@ -478,8 +550,15 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
     view of both (temp comes first in SQLite's name lookup): every query sees the two KBs as one, each run
     keeping its provenance, and nothing is copied or written. Tables the user's KB lacks stay the shipped
     KB's own."""
-    connect_readonly(user_path).close()  # an advisor KB at this schema, or a sentence
+    try:
+        connect_readonly(user_path).close()  # an advisor KB at this schema, or a sentence
+    except KBError as e:
+        raise KBError(
+            f"{str(e).rstrip('.')}; it is your own KB, read beside the shipped one: move it aside "
+            f"(mv {user_path} {user_path}.bad) and the shipped KB answers alone."
+        ) from e
     conn.execute("ATTACH DATABASE ? AS user", [f"{Path(user_path).resolve().as_uri()}?mode=ro"])
+    check_read(conn, Path(user_path), "user", full=True)
     tables = [
         r[0]
         for r in conn.execute(
@@ -496,6 +575,54 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
             f"CREATE TEMP VIEW {table} AS SELECT {', '.join(cols)} FROM main.{table} "
             f"UNION ALL SELECT {shifted} FROM user.{table}"
         )
+
+
+def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> None:
+    """Refuse a KB unless it is whole and keeps the rules: its schema exactly ours, its pages sound (SQLite's
+    quick_check), its rows within advisor.kb.admission's rules. `full` (the user's KB read beside the
+    shipped one, whose answers say "your KB"): every page and every row. Else (a KB read alone, --db,
+    which may hold a million runs and must answer in a second): the summaries answers are computed from,
+    and the pages of a file up to MAX_CHECKED_BYTES_ALONE. An answer is never computed over a KB known to
+    be damaged or forged; `advisor kb check` checks everything of any KB."""
+    try:
+        check_schema(conn, path, db)
+        size = path.stat().st_size
+        if size <= (MAX_CHECKED_BYTES if full else MAX_CHECKED_BYTES_ALONE):
+            damage = integrity_problems(conn, db)
+            if damage:
+                raise corrupt_error(path, ValueError(f"integrity check: {'; '.join(damage[:2])}"))
+        broken = admission.stored_problems(conn, db, tables=None if full else admission.SUMMARIES)
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    if broken:
+        raise KBError(
+            f"{path} holds rows that break advisor's rules ({'; '.join(broken[:3])}), so nothing is read from "
+            f"it: `advisor kb check --db {path}` lists them; move it aside (mv {path} {path}.bad)"
+            + (" and the shipped KB answers alone." if full else ".")
+        )
+
+
+def check_kb(path: Path) -> list[str]:
+    """Everything `advisor kb check` finds wrong with a KB file, as sentences ([] when it is whole): not an
+    advisor KB at this schema, pages SQLite's integrity check finds damaged, rows that break the rules."""
+    try:
+        conn = connect_readonly(path)
+    except KBError as e:
+        return [str(e)]
+    try:
+        damage = integrity_problems(conn, full=True)
+        if damage:
+            return [f"SQLite's integrity check: {d}" for d in damage]
+        return admission.stored_problems(conn)
+    except sqlite3.DatabaseError as e:
+        return [str(corrupt_error(path, e))]
+    finally:
+        conn.close()
+
+
+def kbs_read() -> list[Path]:
+    """The KB files a read command reads by default: the shipped KB, and the user's where it exists."""
+    return [shipped_kb_path()] + ([user_kb_path()] if exists(user_kb_path()) else [])
 
 
 def group_ref(row_id: int | None) -> str | None:

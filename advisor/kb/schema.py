@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from functools import cache
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from advisor.kb import migrations
 
 BUSY_TIMEOUT_MS = 30_000
 KNOWN_MIGRATIONS = list(migrations.MIGRATIONS)
+READ_TIMEOUT_S = 60.0  # the longest stretch of work a read may take ($ADVISOR_READ_TIMEOUT_S changes it)
+PROGRESS_EVERY = 20_000  # SQLite instructions between two looks at the clock (about a millisecond)
+HOSTILE = ("view", "trigger")  # schema objects advisor never creates: a KB holding one is not ours
+INTERNAL = ("sqlite_autoindex_", "sqlite_stat", "sqlite_sequence")  # SQLite's own objects, allowed
 
 
 def connect_readonly(path: str | Path) -> sqlite3.Connection:
@@ -27,16 +32,22 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
             f"{path} is empty, not a knowledge base. Pass --db with an advisor KB, or build one with `advisor kb build -o`."
         )
     conn = connect_ro(path)
-    refuse_newer(conn, path)
-    applied = applied_migrations(conn)
-    if not applied:
-        raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
-    missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
-    if missing:
-        raise KBError(
-            f"{path} was written by an older advisor (schema lacks {', '.join(missing)}). "
-            f"Run `advisor kb migrate --db {path}` to upgrade it."
-        )
+    try:
+        refuse_hostile(conn, path)
+        refuse_newer(conn, path)
+        applied = applied_migrations(conn)
+        if not applied:
+            raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
+        missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
+        if missing:
+            raise KBError(
+                f"{path} was written by an older advisor (schema lacks {', '.join(missing)}). "
+                f"Run `advisor kb migrate --db {path}` to upgrade it."
+            )
+        check_schema(conn, path)
+    except BaseException:
+        conn.close()
+        raise
     conn.row_factory = sqlite3.Row
     return conn
 
@@ -45,7 +56,7 @@ def connect_ro(path: Path) -> sqlite3.Connection:
     """A read-only connection that has read the schema page (so a corrupt file fails here, with a sentence)."""
     uri = path.resolve().as_uri()
     try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+        conn = guarded(sqlite3.connect(f"{uri}?mode=ro", uri=True))
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
@@ -57,12 +68,57 @@ def connect_ro(path: Path) -> sqlite3.Connection:
     # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite can
     # neither create the -shm file ("unable to open") nor write it ("attempt to write a readonly
     # database"). Read the file as immutable instead: writers leave a KB they let go checkpointed.
-    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    conn = guarded(sqlite3.connect(f"{uri}?immutable=1", uri=True))
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as e:
         raise corrupt_error(path, e) from e
     return conn
+
+
+def guarded(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """A connection that trusts nothing in a file's schema (`trusted_schema=OFF`: no function with side
+    effects runs from a view, trigger or index) and whose reads have a time bound (`TimeBound`)."""
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.set_progress_handler(TimeBound(read_timeout()), PROGRESS_EVERY)
+    return conn
+
+
+def read_timeout() -> float:
+    try:
+        return float(os.environ.get("ADVISOR_READ_TIMEOUT_S") or READ_TIMEOUT_S)
+    except ValueError:
+        return READ_TIMEOUT_S
+
+
+class TimeBound:
+    """SQLite's progress handler: interrupts a stretch of work longer than `seconds` (SQLite then raises
+    'interrupted'). A stretch is work with no pause of IDLE_S between two calls: one query, or a command's
+    queries one after another; a connection held idle (the Python API's) starts a new stretch."""
+
+    IDLE_S = 1.0
+
+    def __init__(self, seconds: float):
+        self.seconds, self.start, self.last = seconds, 0.0, -1e9
+
+    def __call__(self) -> int:
+        now = time.monotonic()
+        if now - self.last > self.IDLE_S:
+            self.start = now
+        self.last = now
+        return int(now - self.start > self.seconds)
+
+
+TIMED_OUT = "interrupted"  # what SQLite says when the progress handler stops a query
+
+
+def timed_out(path, e: Exception) -> KBError:
+    """A read stopped by its time bound, as a sentence (`path`: one KB, or the KBs a command read)."""
+    check = "`advisor kb check" + ("" if " and " in str(path) else f" --db {path}")
+    return KBError(
+        f"reading {path} took longer than {read_timeout():g} s and was stopped ({e}): a KB that hostile or "
+        f"that large is not read; run {check}`, or move it aside."
+    )
 
 
 def check_readable(path: Path) -> None:
@@ -86,9 +142,87 @@ def check_readable(path: Path) -> None:
 
 
 def corrupt_error(path: Path, e: Exception) -> KBError:
+    if TIMED_OUT in str(e):
+        return timed_out(path, e)
+    said = " ".join(str(e).split())  # one line, whatever SQLite reported
     return KBError(
-        f"{path} is corrupt or truncated ({e}). Rebuild it with `advisor kb build`, or restore it from a copy."
+        f"{path} is corrupt or truncated ({said}), so nothing is read from it: `advisor kb check --db {path}` "
+        "says what is damaged; move it aside, or restore it from a copy (or rebuild it with `advisor kb build`)."
     )
+
+
+# --- the schema: exactly ours, nothing more -------------------------------------------------------------
+
+
+@cache
+def reference_schema() -> tuple[frozenset, dict]:
+    """What the migrations create in an empty database: the (type, name) of every table and index, and
+    each table's columns as table_xinfo gives them (name, type, not null, key, hidden)."""
+    conn = sqlite3.connect(":memory:")
+    migrations.migrate(conn)
+    objects, tables = _schema_of(conn, "main")
+    conn.close()
+    return objects, tables
+
+
+def _schema_of(conn: sqlite3.Connection, db: str) -> tuple[frozenset, dict]:
+    objects = frozenset(
+        (kind, name)
+        for kind, name in conn.execute(f"SELECT type, name FROM {db}.sqlite_master")
+        if not name.startswith(INTERNAL)
+    )
+    tables = {
+        name: [
+            (c[1], str(c[2]).upper(), c[3], c[5], c[6])
+            for c in conn.execute(f"PRAGMA {db}.table_xinfo({name})")
+        ]
+        for kind, name in objects
+        if kind == "table"
+    }
+    return objects, tables
+
+
+def refuse_hostile(conn: sqlite3.Connection, path, db: str = "main") -> None:
+    """Refuse a file whose schema holds what advisor never creates: a view, a trigger, a virtual table (its
+    SQL would run as the KB is read or written). Reads only sqlite_master: nothing of them runs."""
+    try:
+        rows = conn.execute(f"SELECT type, name, sql FROM {db}.sqlite_master").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    for kind, name, sql in rows:
+        virtual = kind == "table" and str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL")
+        if kind in HOSTILE or virtual:
+            what = "a virtual table" if virtual else f"a {kind}"
+            raise KBError(
+                f"{path} is not an advisor KB: it holds {what} named {name!r:.60}, which advisor never creates, "
+                "so nothing is read from it. Move it aside, or pass --db with an advisor KB."
+            )
+
+
+def check_schema(conn: sqlite3.Connection, path, db: str = "main") -> None:
+    """Refuse a KB at the current schema whose tables, indexes or columns are not exactly what the
+    migrations create (a table swapped for a view, a column added or made generated)."""
+    refuse_hostile(conn, path, db)
+    try:
+        objects, tables = _schema_of(conn, db)
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    ref_objects, ref_tables = reference_schema()
+    odd = sorted(objects ^ ref_objects) or sorted(t for t in ref_tables if tables.get(t) != ref_tables[t])
+    if odd:
+        shown = odd[0] if isinstance(odd[0], str) else f"{odd[0][0]} {odd[0][1]}"
+        raise KBError(
+            f"{path} is not an advisor KB at this schema ({shown!r:.80} differs from what advisor creates), "
+            "so nothing is read from it. Move it aside, or pass --db with an advisor KB."
+        )
+
+
+def integrity_problems(conn: sqlite3.Connection, db: str = "main", full: bool = False) -> list[str]:
+    """SQLite's own check of every page (quick_check; integrity_check where `full`): [] when whole."""
+    pragma = "integrity_check" if full else "quick_check"
+    rows = [r[0] for r in conn.execute(f"PRAGMA {db}.{pragma}(20)")]
+    lines = [line for r in rows for line in str(r).splitlines() if not line.startswith("***")]
+    return [] if rows == ["ok"] else lines or rows
 
 
 def refuse_newer(conn: sqlite3.Connection, path: Path) -> None:

@@ -12,6 +12,7 @@ copy handed out or a read-only mount can be read without a `-shm` file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -22,15 +23,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb import migrations, summaries
+from advisor.kb import admission, migrations, summaries
 from advisor.kb.identity import cell_key, run_uid
 from advisor.kb.migrations import PROTOCOLS
 from advisor.kb.schema import (
     BUSY_TIMEOUT_MS,
+    KNOWN_MIGRATIONS,
     applied_migrations,
     check_readable,
+    check_schema,
     connect_ro,
     corrupt_error,
+    refuse_hostile,
     refuse_newer,
 )
 
@@ -66,8 +70,11 @@ def open_for_writing(path: str | Path) -> sqlite3.Connection:
         if path.stat().st_size:
             ro = connect_ro(path)  # refuse before any pragma writes to it
             try:
+                refuse_hostile(ro, path)  # a trigger would run as we write
                 refuse_newer(ro, path)
                 _refuse_foreign(ro, path)
+                if applied_migrations(ro) == KNOWN_MIGRATIONS:
+                    check_schema(ro, path)
             finally:
                 ro.close()
     elif path.parent.exists() and not path.parent.is_dir():
@@ -81,6 +88,7 @@ def open_for_writing(path: str | Path) -> sqlite3.Connection:
             path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA trusted_schema = OFF")
         _use_wal(conn)
         refuse_newer(conn, path)
         _migrate(conn)  # foreign keys off: a migration that rebuilds `runs` must not cascade its drop
@@ -221,13 +229,46 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict) -> int:
     return cur.lastrowid
 
 
+def normalized(run: dict) -> dict:
+    """A run dict as the rules check it: files written before 0008 named the settings `protocol`; a run
+    that names no protocol is the paper's."""
+    run = dict(run)
+    if run.get("protocol") not in (None, *PROTOCOLS) and run.get("settings") is None:
+        run["settings"] = run.pop("protocol")
+    run["protocol"] = run.get("protocol") or "paper"
+    return run
+
+
+def checked_run(run: dict) -> dict:
+    """The run normalized, or a KBError that names it and says what breaks the rules (advisor.kb.admission).
+    Names are checked leniently: this is the path of advisor's own writers (measure's claims, the Trainer
+    callback), whose rules may name families or optimizers these do not (admission.Name)."""
+    run = normalized(run)
+    problem = admission.run_problem(run, lenient=True)
+    if problem:
+        raise BadRuns([f"{admission.identity(run)}: {problem}"])
+    return run
+
+
+class BadRuns(KBError):
+    """Runs that break the rules (advisor.kb.admission); nothing of them was written."""
+
+    def __init__(self, problems: list[str], total: int | None = None, where: str = ""):
+        self.problems, self.total = problems, total or len(problems)
+        shown = "; ".join(problems[: admission.MAX_REPORTED])
+        more = (
+            f" (and {self.total - admission.MAX_REPORTED} more)" if self.total > admission.MAX_REPORTED else ""
+        )
+        super().__init__(
+            f"{where}{self.total} run(s) break advisor's rules, so nothing was written: {shown}{more}. "
+            "Fix or drop them at their source, then try again."
+        )
+
+
 def _run_row(run: dict) -> dict:
-    """A run dict as its `runs` row: JSON columns serialized, a cell key and an identity given if missing
+    """A checked run as its `runs` row: JSON columns serialized, a cell key and an identity given if missing
     (derived from its provenance, so that importing the same file twice adds it once)."""
     row = {k: v for k, v in run.items() if k not in ("metrics", "epochs", "id", "grp")}
-    if row.get("protocol") not in (None, *PROTOCOLS) and row.get("settings") is None:
-        row["settings"] = row.pop("protocol")  # files written before 0008 named the settings `protocol`
-    row["protocol"] = row.get("protocol") or "paper"
     for key in JSON_COLUMNS:
         if not isinstance(row.get(key), str):
             row[key] = json.dumps(row.get(key) or {}, sort_keys=True)
@@ -249,7 +290,10 @@ def _metric_row(run_id: int, m: dict) -> dict:
 
 
 def insert_run(conn: sqlite3.Connection, run: dict) -> int:
-    """Insert one run row plus its metrics and epochs, and summarise it (the caller owns the transaction)."""
+    """Insert one run row plus its metrics and epochs, and summarise it (the caller owns the transaction).
+    A run that breaks the rules is refused with a KBError that names it (the Trainer callback's and
+    measure's claims come through here)."""
+    run = checked_run(run)
     run_id = _insert(conn, "runs", _run_row(run))
     for m in run.get("metrics", []):
         _insert(conn, "metrics", _metric_row(run_id, m))
@@ -265,14 +309,67 @@ def add_epoch_row(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
 
 def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dict] = ()) -> tuple[int, int]:
     """Insert runs (with metrics and epochs) and validations; runs the KB already holds are skipped.
-    Returns (runs added, runs skipped).
+    Returns (runs added, runs skipped). Every run is checked against the rules first (advisor.kb.admission):
+    one that breaks them refuses the whole write (BadRuns), and nothing is written.
 
     Atomic, and short for other writers: every row is staged in temporary tables first (they take no lock
     on the KB), then one transaction copies what is new in SQL. A 20,000-run import holds the write lock
     for a fraction of a second, not the minute a row-by-row insert takes."""
-    with full_disk_said(conn):  # staging spills temporary tables to disk too
-        _stage(conn, runs)
+    staging = Staging(conn)
     try:
+        staging.add(runs)
+        return staging.commit(validations)
+    finally:
+        staging.drop()
+
+
+class Staging:
+    """Runs staged in temporary tables shaped like the KB's (they take no lock on it, and spill to disk),
+    batch by batch, then copied in one transaction: what `write_runs` does at once and `kb merge` streams."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn, self.count = conn, 0
+        with full_disk_said(conn):
+            for table in ("runs", "metrics", "epochs"):
+                conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
+                conn.execute(f"CREATE TEMP TABLE staged_{table} AS SELECT * FROM main.{table} WHERE 0")
+            conn.execute("CREATE INDEX temp.staged_runs_uid ON staged_runs (uid, id)")  # the copy's lookups
+
+    def add(self, runs: list[dict]) -> None:
+        """Stage a batch of runs, all checked first: one that breaks the rules stages none (BadRuns)."""
+        checked, problems, rules = [], [], admission.load_rules()  # the rules, read once for the batch
+        for run in runs:
+            run = normalized(run)
+            problem = admission.run_problem(run, rules)
+            if problem:
+                problems.append(f"{admission.identity(run)}: {problem}")
+            checked.append(run)
+        if problems:
+            raise BadRuns(problems)
+        rows, metrics, epochs = [], [], []
+        for i, run in enumerate(checked, start=self.count + 1):
+            rows.append({"id": i, **_checked(self.conn, "runs", _run_row(run))})
+            metrics += [_checked(self.conn, "metrics", _metric_row(i, m)) for m in run.get("metrics", [])]
+            epochs += [_checked(self.conn, "epochs", {**e, "run_id": i}) for e in run.get("epochs", [])]
+        with full_disk_said(self.conn):  # staging spills temporary tables to disk too
+            for table, staged in (("runs", rows), ("metrics", metrics), ("epochs", epochs)):
+                cols = _columns(self.conn, table)
+                self.conn.executemany(
+                    f"INSERT INTO temp.staged_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    [[r.get(c) for c in cols] for r in staged],
+                )
+        self.count += len(checked)
+
+    def commit(self, validations: list[dict] = ()) -> tuple[int, int]:
+        """Copy what the KB lacks in one transaction. Returns (runs added, runs skipped)."""
+        problems = [
+            f"validation {i}: {p}" for i, v in enumerate(validations) if (p := admission.validation_problem(v))
+        ]
+        if problems:
+            raise KBError(
+                f"{len(problems)} validation(s) break advisor's rules, so nothing was written: {problems[0]}."
+            )
+        conn = self.conn
         with transaction(conn):
             base = conn.execute("SELECT coalesce(max(id), 0) FROM runs").fetchone()[0]
             run_cols = ", ".join(c for c in _columns(conn, "runs") if c != "id")
@@ -293,33 +390,22 @@ def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dic
             summaries.add(conn, "SELECT id FROM runs WHERE id > ?", [base])
             for row in validations:
                 _insert_validation(conn, row)
-    finally:
+        return added, self.count - added
+
+    def drop(self) -> None:
+        """The staging tables gone; best effort, so that a failure in dropping them (the full disk that
+        ended the write) never hides the error that said why."""
         for table in ("runs", "metrics", "epochs"):
-            conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
-    return added, len(runs) - added
-
-
-def _stage(conn: sqlite3.Connection, runs: list[dict]) -> None:
-    """The rows of `runs` in temporary tables shaped like the KB's, numbered from 1."""
-    rows, metrics, epochs = [], [], []
-    for i, run in enumerate(runs, start=1):
-        rows.append({"id": i, **_checked(conn, "runs", _run_row(run))})
-        metrics += [_checked(conn, "metrics", _metric_row(i, m)) for m in run.get("metrics", [])]
-        epochs += [_checked(conn, "epochs", {**e, "run_id": i}) for e in run.get("epochs", [])]
-    for table, staged in (("runs", rows), ("metrics", metrics), ("epochs", epochs)):
-        conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
-        conn.execute(f"CREATE TEMP TABLE staged_{table} AS SELECT * FROM main.{table} WHERE 0")
-        cols = _columns(conn, table)
-        conn.executemany(
-            f"INSERT INTO temp.staged_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [[r.get(c) for c in cols] for r in staged],
-        )
-    conn.execute("CREATE INDEX temp.staged_runs_uid ON staged_runs (uid, id)")  # the copy's lookups
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute(f"DROP TABLE IF EXISTS temp.staged_{table}")
 
 
 def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
     """One validation row, unless the KB has it (same hardware, check, model and time)."""
     row = {k: v for k, v in row.items() if k != "id"}
+    problem = admission.validation_problem(row)
+    if problem:
+        raise KBError(f"cannot store the validation {row.get('name')!r:.40}: {problem}.")
     if not isinstance(row.get("software", "{}"), str):
         row["software"] = json.dumps(row["software"], sort_keys=True)
     same = conn.execute(
@@ -333,8 +419,15 @@ def _insert_validation(conn: sqlite3.Connection, row: dict) -> None:
 def run_digest(run: dict) -> str:
     """A run's outcome as one string (status and its run-level figures): two copies of one run (one uid)
     that differ here are a conflict, not a duplicate."""
-    figures = sorted((m["name"], round(float(m["value"]), 9)) for m in run.get("metrics", []))
+    figures = sorted((str(m.get("name")), _rounded(m.get("value"))) for m in run.get("metrics", []))
     return json.dumps([run.get("status"), figures])
+
+
+def _rounded(value) -> float | str:
+    """A figure as a digest holds it: rounded, or its repr where it is no number (a run the rules refuse)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return round(float(value), 9)
+    return repr(value)
 
 
 def run_digests(conn: sqlite3.Connection, uids: list[str]) -> list[tuple[str, str]]:
@@ -360,6 +453,10 @@ def rebuild_summaries(conn: sqlite3.Connection) -> None:
 
 
 def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:
+    """Change columns of one run, each checked against its rule (a run's error is cleaned, not refused)."""
+    if "error" in fields:
+        fields["error"] = admission.clean(fields["error"])
+    _check_fields(conn, run_id, fields)
     fields = _checked(
         conn,
         "runs",
@@ -376,21 +473,44 @@ def update_run(conn: sqlite3.Connection, run_id: int, **fields) -> None:
         summaries.add(conn, [run_id])
 
 
+def _check_fields(conn: sqlite3.Connection, run_id: int, fields: dict) -> None:
+    """Refuse new values of a run's columns that break their rules (advisor.kb.admission)."""
+    rules = admission.run_rules()
+    row = conn.execute("SELECT protocol FROM runs WHERE id = ?", [run_id]).fetchone()
+    context = {"protocol": row[0] if row else None, **fields}
+    for key, value in fields.items():
+        rule = rules.get(key)
+        if isinstance(rule, admission.Name):
+            problem = rule.problem(value, context, lenient=True)  # advisor's own writer (measure)
+        else:
+            problem = rule.problem(value, context) if rule else None
+        if problem:
+            raise KBError(f"cannot store run {run_id}'s {key}: {problem}.")
+
+
 def end_runs(conn: sqlite3.Connection, ended: dict[int, str], status: str) -> None:
     """Runs ended with a status and, each, the sentence why (the caller owns the transaction)."""
     summaries.remove(conn, list(ended))
     for run_id, why in ended.items():
         conn.execute(
             "UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?",
-            [status, why, now(), run_id],
+            [status, admission.clean(why), now(), run_id],
         )
     summaries.add(conn, list(ended))
 
 
 def add_epoch(conn: sqlite3.Connection, run_id: int, row: dict) -> None:
-    """One epoch's row, committed as the epoch ends (a crash later keeps it)."""
+    """One epoch's row, committed as the epoch ends (a crash later keeps it). A figure that breaks its
+    rule (a NaN loss, a negative time) is stored as NULL, "not measured", rather than stop a live run."""
+    kept = {}
+    for key, value in row.items():
+        rule = admission.epoch_rule(key)
+        kept[key] = value if key == "run_id" or rule.required or rule.problem(value) is None else None
+    problem = admission.epoch_problem(kept)
+    if problem:
+        raise KBError(f"cannot store an epoch of run {run_id}: {problem}.")
     with transaction(conn):
-        add_epoch_row(conn, run_id, row)
+        add_epoch_row(conn, run_id, kept)
 
 
 def finish_run(
@@ -400,10 +520,17 @@ def finish_run(
     error: str | None,
     metrics: list[tuple[str, float, str]],
 ) -> None:
-    """The run's summary figures and final status, in one transaction."""
+    """The run's summary figures and final status, in one transaction. A figure that breaks its rule (not
+    finite, out of its physical bounds) is left out and said in the run's error, rather than lose the run."""
+    if admission.Choice(admission.STATUSES).problem(status):
+        raise KBError(f"cannot end run {run_id} as {status!r}: not a status.")
+    kept, dropped = _figures_kept(conn, run_id, metrics)
+    if dropped:
+        error = "; ".join(([error] if error else []) + dropped)
+    error = admission.clean(error)
     with transaction(conn):
         summaries.remove(conn, [run_id])
-        for name, value, unit in metrics:
+        for name, value, unit in kept:
             conn.execute(
                 "INSERT OR REPLACE INTO metrics (run_id, name, value, unit, certainty) "
                 "VALUES (?, ?, ?, ?, 'measured')",
@@ -414,6 +541,20 @@ def finish_run(
             [status, error, now(), run_id],
         )
         summaries.add(conn, [run_id])
+
+
+def _figures_kept(conn: sqlite3.Connection, run_id: int, metrics) -> tuple[list, list[str]]:
+    """The figures of a finishing run that keep their rules, and a phrase for each left out."""
+    row = conn.execute("SELECT protocol FROM runs WHERE id = ?", [run_id]).fetchone()
+    run = {"protocol": row[0] if row else None}
+    kept, dropped = [], []
+    for name, value, unit in metrics:
+        problem = admission.figure_problem({"name": name, "value": value, "unit": unit}, run, lenient=True)
+        if problem:
+            dropped.append(f"figure {name!r:.40} left out: {problem}")
+        else:
+            kept.append((name, value, unit))
+    return kept, dropped
 
 
 # --- validations and predictions -------------------------------------------------------------------------

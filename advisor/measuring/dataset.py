@@ -17,13 +17,17 @@ together.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import itertools
 import os
 import re
+import stat
 import threading
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +90,7 @@ def resolve(spec: str, fallback: bool = False, say: Callable[[str], None] = lamb
     if spec == MMIMDB:
         return _from_hub(MMIMDB_REPO, MMIMDB_REVISION, spec, fallback, say)
     path = Path(spec).expanduser()
+    _refuse_special(path)
     if path.exists():
         return _local(path)
     if HUB_ID.match(spec) and path.suffix.lower() not in FILE_BUILDERS:
@@ -197,6 +202,32 @@ def _cached(repo: str, revision: str) -> str | None:
 
 # --- local files ----------------------------------------------------------------------------------------
 
+SPECIAL_FILES = {
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISFIFO: "a named pipe (FIFO)",
+    stat.S_ISSOCK: "a socket",
+}
+
+
+def _refuse_special(path: Path) -> None:
+    """Refuse a path that is there but is no regular file or folder (a device such as /dev/zero, a pipe, a
+    socket), or a symbolic link that leads nowhere: reading one would never end, or fail deep inside."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        if path.is_symlink():
+            where = "a loop of symbolic links" if e.errno == errno.ELOOP else f"a link to {os.readlink(path)}"
+            raise DataError(
+                f"{path} is {where}, which leads to no file: pass the data file or folder itself."
+            ) from e
+        return  # not there: resolve says what it takes
+    kind = next((what for test, what in SPECIAL_FILES.items() if test(mode)), None)
+    if kind is not None:
+        raise DataError(
+            f"{path} is {kind}, not a regular file or folder: pass a data file or a folder of them."
+        )
+
 
 def _local(path: Path) -> DataChoice:
     """A local file or folder: checked to be a format we read, and named by its content's hash."""
@@ -208,7 +239,13 @@ def _local(path: Path) -> DataChoice:
         )
     if path.is_dir():
         _one_kind(path)
-    return DataChoice(str(path), str(path), f"{path.name} sha256:{content_hash(path)[:12]}")
+    try:
+        digest = content_hash(path)
+    except OSError as e:  # unreadable: permissions, a file removed meanwhile
+        raise DataError(
+            f"cannot read {e.filename or path} ({e.strerror or e}): check the path and its permissions."
+        ) from e
+    return DataChoice(str(path), str(path), f"{path.name} sha256:{digest[:12]}")
 
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -275,6 +312,8 @@ def open_table(path: str) -> Table:
     where = Path(path)
     if where.is_file() and where.stat().st_size == 0:
         raise DataError(f"{where.name} is empty: pass a file with your examples, one per row.")
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # a malformed file is said once: our sentence
     try:
         loaded = _load(where)
     except DataError:
@@ -286,6 +325,8 @@ def open_table(path: str) -> Table:
             "valid JSONL, CSV, Parquet or text, one example per row (an image folder: images in class "
             "subfolders, or a metadata.jsonl naming each file_name)."
         ) from e
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     if isinstance(loaded, datasets.DatasetDict):
         split = "train" if "train" in loaded else next(iter(loaded))
         return Table(loaded[split], split, where.name)
@@ -316,6 +357,11 @@ def role_columns(table: Table, family) -> dict[str, str]:
             found[role] = column
     if missing:
         needed = "; ".join(f"{role}: one of {', '.join(ROLE_COLUMNS[role])}" for role in missing)
+        if missing == ["label"] and table.columns == [found["image"]]:  # datasets gives one class no label
+            raise DataError(
+                f"{table.name} has images and no labels: an image folder's labels are its class subfolders, and "
+                "a classifier needs two at least; add a subfolder per class, or choose another --data."
+            )
         raise DataError(
             f"{table.name} has columns {', '.join(table.columns) or '(none)'}; the {family.name} family "
             f"({family.task}) needs {' and '.join(family.roles)} columns ({needed}). Rename a column, or "
@@ -439,21 +485,28 @@ def _first_line(e: BaseException) -> str:
 
 def check_cells(cells: list[GridCell], rules: Rules) -> None:
     """Refuse (DataError), before any cell starts, data or sizes that a model of the grid cannot train on:
-    a missing column, too few examples, a sequence or image size the model cannot take."""
-    tables, seen = {}, set()
-    for cell in cells:
+    a missing column, values of the wrong type, images that do not decode, too few examples or classes, a
+    sequence or image size the model cannot take."""
+    tables, widest, decoded = {}, {}, set()
+    for cell in cells:  # the configurations that read differently, each with the most examples it trains on
         cfg = cell.config.resolved()
         key = (cfg.model, cfg.preset, cfg.batch_size, cfg.eval_examples, cfg.seq_len, cfg.image_size)
-        if key not in seen:
-            seen.add(key)
-            fam = family(cell.model.family.name, rules)
-            classes = None
-            if cfg.data_path is not None:
-                table = tables.setdefault(cfg.data_path, open_table(cfg.data_path))
-                rows, classes = family_rows(table, fam)
-                check_rows(table.name, len(rows), cfg.eval_examples, cfg.batch_size)
-            if cfg.data_path is not None or cfg.seq_len or cfg.image_size:  # else: the preset as it is
-                check_sizes(GridCell(cfg, cell.model), fam, classes, rules)
+        if key not in widest or cfg.train_examples > widest[key][1].train_examples:
+            widest[key] = (cell.model, cfg)
+    for model, cfg in widest.values():
+        fam = family(model.family.name, rules)
+        classes = None
+        if cfg.data_path is not None:
+            if cfg.data_path not in tables:  # read once for the whole grid
+                tables[cfg.data_path] = open_table(cfg.data_path)
+            table = tables[cfg.data_path]
+            read = rows_read(len(table.rows), cfg.eval_examples, cfg.train_examples)
+            check_values(table, role_columns(table, fam), read, decoded)
+            rows, classes = family_rows(table, fam)
+            check_rows(table.name, len(rows), cfg.eval_examples, cfg.batch_size)
+            check_classes(table.name, classes)
+        if cfg.data_path is not None or cfg.seq_len or cfg.image_size:  # else: the preset as it is
+            check_sizes(GridCell(cfg, model), fam, classes, rules)
 
 
 def check_sizes(cell: GridCell, fam, classes: int | None, rules: Rules) -> None:
@@ -468,3 +521,233 @@ def check_sizes(cell: GridCell, fam, classes: int | None, rules: Rules) -> None:
     except ValueError as e:
         flag = next((f for f in ("--seq-len", "--image-size", "tokenizer") if f in str(e)), "--data")
         raise DataError(f"{cfg.model}: {e}.", param="--model" if flag == "tokenizer" else flag) from e
+
+
+# --- the values, checked before any cell reads them ---------------------------------------------------------
+
+SAMPLE_IMAGES = 256  # images decoded before the grid: every one the cells read, at most this many
+TEXT_TYPES = ("string", "large_string")
+
+
+def rows_read(n_rows: int, wanted_heldout: int, train_examples: int) -> list[int]:
+    """The rows the cells read (both held-out sets and the training examples), at most SAMPLE_IMAGES of them
+    spread evenly: the sample whose images are decoded before the grid."""
+    parts = split_rows(n_rows, wanted_heldout)
+    read = np.unique(np.concatenate([parts["test"], parts["validation"], parts["train"][:train_examples]]))
+    if len(read) > SAMPLE_IMAGES:
+        read = read[np.linspace(0, len(read) - 1, SAMPLE_IMAGES).astype(int)]
+    return [int(i) for i in read]
+
+
+def check_values(table: Table, columns: dict[str, str], read: list[int], decoded: set) -> None:
+    """Refuse, with the example and the file, values the family cannot read: a column of the wrong type
+    (its schema), and among the rows the cells read, text that is not text (null, bytes that are not UTF-8),
+    labels that are no class, images that do not decode. A row no cell reads cannot fail one."""
+    for role, column in columns.items():
+        if role in ("text", "caption"):
+            check_text(table, column, read)
+        elif role == "label":
+            check_labels(table, column, read)
+        elif role == "image":
+            check_images(table, column, [i for i in read if (table.name, column, i) not in decoded])
+            decoded.update((table.name, column, i) for i in read)
+
+
+def check_text(table: Table, column: str, read: list[int]) -> None:
+    """A text column holds strings (its type: no number, list or mixture), and those the cells read are
+    there and valid UTF-8 (a JSONL file in Latin-1 reads, then fails when a cell decodes it)."""
+    feature = table.rows.features[column]
+    if getattr(feature, "dtype", None) not in TEXT_TYPES:
+        row, value = _first_not(
+            table, column, range(min(len(table.rows), SCAN_ROWS)), lambda v: isinstance(v, str)
+        )
+        raise DataError(
+            f"{table.name}'s {column} column holds {_kind(feature)}, not text"
+            + (f" (example {row + 1}: {_shown(value)})" if row is not None else "")
+            + ": make every value a string (a number or a list in quotes), or choose another --data."
+        )
+    values = _arrow(table, column, read)
+    _refuse_nulls(table, values, read, "text")
+    row = _first_not_utf8(values, read)
+    if row is not None:
+        raise DataError(
+            f"example {row + 1} of {table.name} is not UTF-8 text (another encoding, such as Latin-1): save the "
+            "file as UTF-8."
+        )
+
+
+def _first_not_utf8(values, read: list[int]) -> int | None:
+    """The row of the first string whose bytes are not UTF-8 (pyarrow's JSON reader does not check them, and a
+    cell would fail decoding it), or None; each chunk validated in C, a bad chunk's values looked at in turn."""
+    import pyarrow as pa
+
+    offset = 0
+    for chunk in values.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            for i, raw in enumerate(chunk.cast(pa.large_binary()).to_pylist()):
+                try:
+                    raw is None or raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return read[offset + i]
+        offset += len(chunk)
+    return None
+
+
+def _arrow(table: Table, column: str, read: list[int]):
+    """The column's values at the rows read, as Arrow holds them (a ChunkedArray, in the order of `read`)."""
+    return table.rows.select(read).with_format("arrow")[:].column(column)
+
+
+def check_labels(table: Table, column: str, read: list[int]) -> None:
+    """A label column holds classes (its type: names, integers or lists of them, no mixture), and each label
+    the cells read is one: a name, a non-negative integer, or a list whose first is one (MM-IMDb's genres);
+    no null (a CSV's empty cell), no fraction."""
+    feature = table.rows.features[column]
+    inner = getattr(feature, "feature", feature)  # a list's elements
+    kind = str(getattr(inner, "dtype", ""))
+    if not (
+        hasattr(inner, "names") or kind in TEXT_TYPES or kind.startswith(("int", "uint", "bool", "float"))
+    ):
+        raise DataError(
+            f"{table.name}'s {column} column holds {_kind(feature)}: a label must be a class name or an "
+            "integer from 0; make every label one, or choose another --data."
+        )
+    _refuse_nulls(table, _arrow(table, column, read), read, "label")
+    row, value = _first_not(table, column, read, _a_class)
+    if row is not None:
+        raise DataError(
+            f"example {row + 1} of {table.name} has the label {_shown(value)}, which is no class: a label must be a "
+            "class name or an integer from 0 (not negative, no fraction)."
+        )
+
+
+def _a_class(value) -> bool:
+    value = value[0] if isinstance(value, list) and value else value
+    if isinstance(value, float):
+        return value.is_integer() and value >= 0
+    if isinstance(value, int | np.integer):
+        return value >= 0
+    return isinstance(value, str)
+
+
+def check_classes(name: str, classes: int | None) -> None:
+    """Refuse labels of a single class: a classifier has nothing to tell apart, and its loss is zero."""
+    if classes is not None and classes < 2:
+        raise DataError(
+            f"{name} has a single class: a classifier needs examples of two classes at least (an image "
+            "folder: a second class subfolder)."
+        )
+
+
+def check_images(table: Table, column: str, read: list[int]) -> None:
+    """The images of the rows the cells read decode as the cells will decode them, within the pixel limit
+    that guards against decompression bombs: a header read (verify), then every pixel (load)."""
+    import datasets
+
+    feature = table.rows.features[column]
+    if not isinstance(feature, datasets.Image):
+        row, value = _first_not(
+            table, column, range(min(len(table.rows), SCAN_ROWS)), lambda v: hasattr(v, "convert")
+        )
+        raise DataError(
+            f"{table.name}'s {column} column holds {_kind(feature)}, not images"
+            + (f" (example {row + 1}: {_shown(value)})" if row is not None else "")
+            + ": pass an image folder, or a dataset whose image column holds images."
+        )
+    if not read:
+        return
+    raw = table.rows.select(read).cast_column(column, datasets.Image(decode=False))
+    for row, value in zip(read, raw[column], strict=True):
+        _check_image(value or {}, f"example {row + 1} of {table.name}")
+
+
+def _check_image(value: dict, where: str) -> None:
+    """One image (datasets' {bytes, path}) opened, verified and loaded; DataError naming its file or row."""
+    from PIL import Image
+
+    path = value.get("path")
+    shown = _image_name(path) if path else where
+    if value.get("bytes") is None and not (path and Path(path).is_file()):
+        raise DataError(f"the image {shown} is not there: restore it or remove its row.")
+    data = value.get("bytes")
+    if data == b"" or (data is None and Path(path).stat().st_size == 0):
+        raise DataError(f"the image {shown} is empty (0 bytes): replace it or remove it.")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refused
+            for step in ("verify", "load"):
+                with Image.open(io.BytesIO(data) if data is not None else path) as img:
+                    getattr(img, step)()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        pixels = re.search(r"\((\d+) pixels\)", str(e))
+        size = f"{int(pixels.group(1)):,} pixels" if pixels else "too many pixels"
+        raise DataError(
+            f"the image {shown} claims {size}, over the limit of {Image.MAX_IMAGE_PIXELS:,} that guards against "
+            "decompression bombs: shrink it or remove it."
+        ) from e
+    except Image.UnidentifiedImageError as e:
+        raise DataError(f"{shown} is not an image Pillow can read: replace it or remove it.") from e
+    except Exception as e:  # noqa: BLE001  PIL's errors: truncated, corrupt
+        raise DataError(
+            f"cannot decode the image {shown} ({type(e).__name__}: {_first_line(e)}): replace it or remove it."
+        ) from e
+
+
+def _image_name(path: str) -> str:
+    """An image's file as a person finds it: its folder (the class) and its name."""
+    return str(Path(*Path(path).parts[-3:]))
+
+
+def _refuse_nulls(table: Table, values, read: list[int], what: str) -> None:
+    """Refuse a null (a CSV's empty cell, a JSON null) among the values read of a column every example needs."""
+    import pyarrow.compute as pc
+
+    if values.null_count:
+        row = read[pc.index(pc.is_null(values), True).as_py()]
+        raise DataError(
+            f"example {row + 1} of {table.name} has no {what} (an empty cell or a null): fill it in or remove "
+            "the example."
+        )
+
+
+SCAN_ROWS = 10_000  # values looked at for an example of a column of the wrong type
+
+
+def _first_not(table: Table, column: str, rows, ok) -> tuple[int | None, object]:
+    """(row, value) of the first value among `rows` that `ok` refuses; (None, None) if none."""
+    rows = list(rows)
+    values = table.rows.select(rows).select_columns([column]).with_format(None)[column]
+    return next(
+        ((row, value) for row, value in zip(rows, values, strict=True) if not ok(value)), (None, None)
+    )
+
+
+def _kind(feature) -> str:
+    """What a datasets feature holds, in words."""
+    name = type(feature).__name__
+    if name == "Json":
+        return "values of several types"
+    if hasattr(feature, "dtype"):
+        kind = str(feature.dtype)
+        words = {
+            "string": "text",
+            "int": "integers",
+            "uint": "integers",
+            "float": "numbers",
+            "bool": "booleans",
+        }
+        return next((w for k, w in words.items() if kind.startswith(k) or kind == f"large_{k}"), kind)
+    if name in ("List", "Sequence", "LargeList"):
+        return "lists"
+    if name == "Image":
+        return "images"
+    return f"{name} values" if name != "dict" else "records"
+
+
+def _shown(value) -> str:
+    """A value as a message quotes it: its repr, cut short, and its type."""
+    text = repr(value)
+    kind = type(value).__name__
+    return f"{text[:40]}{'…' if len(text) > 40 else ''}, {'an' if kind[0] in 'aeiou' else 'a'} {kind}"

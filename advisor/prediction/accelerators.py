@@ -3,7 +3,6 @@ names CUDA reports (`NVIDIA A100-SXM4-40GB`), from rules/hardware.toml."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 
@@ -51,6 +50,8 @@ def resolve(name: str, rules: Rules) -> Accelerator:
     if len(starts) > 1:
         listed = ", ".join(f"{k} ({rules.accelerators[k].memory_gib:g} GB)" for k in starts)
         raise UnknownAccelerator(f"--gpu {name} could mean {listed}: name one of them.")
+    import difflib  # the error path only
+
     choices = {n: a.key for a in rules.accelerators.values() for n in _names(a)}
     close = difflib.get_close_matches(normalize(name), list(choices), n=6, cutoff=0.5)
     suggest = sorted({choices[c] for c in close}) or sorted(rules.accelerators)

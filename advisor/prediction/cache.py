@@ -8,7 +8,6 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from advisor.errors import KBError
@@ -26,6 +25,8 @@ LIBRARIES = ("peft", "bitsandbytes", "torchao", "schedulefree")  # what some con
 @cache  # read once per process: each version is a file read
 def software() -> dict:
     """The versions predictions depend on: the engine, torch, transformers and the menu's libraries."""
+    from importlib.metadata import PackageNotFoundError, version  # 10 ms: only where a prediction is read
+
     out = {"engine": ENGINE_VERSION}
     for pkg in ("torch", "transformers", *LIBRARIES):
         try:

@@ -7,16 +7,23 @@ Imported only by the commands that draw (the `plots` extra): answering stays as 
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import json
 import math
+import re
 
 import altair as alt
 import vl_convert
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
 from advisor.answers.flowchart import BestPath
 from advisor.answers.frontier import Frontier, LeftOut
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.recommendation import equivalence_margin
+from advisor.render.files import replace_file  # noqa: F401 (the pages' one write path, kept here by name)
 from advisor.render.numbers import fmt
 from advisor.render.plot import point_labels
 from advisor.rules import Metric, Rules
@@ -47,6 +54,7 @@ NO_ANSWER_COLOUR = "#eef0f3"
 FONT = "Liberation Sans, Helvetica, Arial, sans-serif"
 EMBED_OPTIONS = {
     "renderer": "svg",
+    "ast": True,  # Vega's expression interpreter: no code made at run time, so no 'unsafe-eval' in the policy
     "actions": {"export": True, "source": False, "compiled": False, "editor": False},
 }
 VL_VERSION = "_".join(alt.SCHEMA_VERSION.split(".")[:2])  # 'v6_4': vl-convert's name for Altair's Vega-Lite
@@ -75,6 +83,33 @@ KEY_MOST_COLUMNS = 6
 KEY_INDENT = 80  # px of the picture left of the key: it starts where the plot does, past the y axis
 KEY_LINE_PX = 13  # px per line of the key
 KEY_TITLE_GAP = 6  # px between the key's title and its entries
+# What a page advisor writes may load: its own scripts alone (by hash, or 'self': the report's vega.js), no
+# inline handler, no eval, no network; inline styles (Vega's and vega-embed's) and data: images (an export)
+PAGE_POLICY = (
+    "default-src 'none'; script-src {scripts}; style-src 'unsafe-inline'; img-src data: blob:; "
+    "font-src data:; base-uri 'none'; form-action 'none'"
+)
+# JSON inside <script>: what could end the element, open a comment or a line in old JavaScript, \u-escaped
+SCRIPT_JSON_ESCAPES = {c: f"\\u{ord(c):04x}" for c in "<>&'\u2028\u2029"}
+LINE_SEPARATORS = str.maketrans({"\u2028": " ", "\u2029": " "})
+# Draws every [data-spec] element of a page with the spec its data-spec names (the same on every page)
+DRAW = """
+(function () {
+  var options = JSON.parse(document.getElementById("embed-options").textContent);
+  var charts = Array.prototype.slice.call(document.querySelectorAll("[data-spec]"));
+  window.views = {};  // chart id -> its Vega view: its scales, as drawn, for whoever checks them
+  Promise.all(charts.map(function (el) {
+    el.textContent = "";
+    return vegaEmbed(el, JSON.parse(document.getElementById(el.dataset.spec).textContent), options)
+      .then(function (result) { window.views[el.id] = result.view; });
+  })).then(function () {
+    document.body.dataset.charts = "ready";
+  }, function (error) {
+    document.body.dataset.charts = "failed";
+    console.error(error);
+  });
+})();
+"""
 
 
 def axis_title(metric: Metric) -> str:
@@ -531,13 +566,64 @@ def _counts_lines(summary: dict) -> list[str]:
 
 
 def html_page(chart) -> str:
-    """A self-contained HTML page of one chart: the Vega libraries inlined, so it opens offline."""
-    return chart.to_html(inline=True, embed_options=EMBED_OPTIONS)
+    """A self-contained HTML page of one chart that opens offline: the Vega libraries inlined, the spec as
+    escaped JSON, and a policy that runs no script but that one (a string from a KB is only ever text)."""
+    code = inline_script(javascript_bundle() + DRAW)
+    chart_spec = spec(chart)
+    template = environment().get_template("chart.html")
+    return template.render(
+        title=page_title(chart_spec),
+        policy=page_policy((code,)),
+        spec=chart_spec,
+        options=EMBED_OPTIONS,
+        script=Markup(code),
+    )
+
+
+def page_title(chart_spec: dict) -> str:
+    """The chart's title as its page's: its first line."""
+    title = chart_spec.get("title", {})
+    text = title.get("text", "advisor") if isinstance(title, dict) else title
+    return text[0] if isinstance(text, list) else str(text)
+
+
+@functools.cache
+def environment() -> Environment:
+    """advisor's page templates, autoescaped (a name from a KB is text, never markup), with script_json."""
+    env = Environment(loader=PackageLoader("advisor.render", "templates"), autoescape=select_autoescape())
+    env.filters["script_json"] = script_json
+    return env
+
+
+def script_json(value) -> Markup:
+    """`value` as JSON that is safe inside a <script> element: '<', '>', '&', "'" and U+2028/2029 \\u-escaped
+    (the JSON means the same), so no string can close the element, open a comment or end a line."""
+    text = json.dumps(value, ensure_ascii=False)
+    return Markup(re.sub("[<>&'\u2028\u2029]", lambda m: SCRIPT_JSON_ESCAPES[m[0]], text))
+
+
+def inline_script(code: str) -> str:
+    """Code made safe to write between <script> and </script>: a '</script' or '<!--' in it (in a string or a
+    regular expression; none is in Vega's bundle today) written as '<\\/script', '<\\!--', which mean the same."""
+    code = re.sub(r"</(script)", r"<\\/\1", code, flags=re.I)
+    return code.replace("<!--", "<\\!--")
+
+
+def script_hash(code: str) -> str:
+    """The policy's name for one inline script: 'sha256-' and its digest, base64."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode() + "'"
+
+
+def page_policy(inline: tuple[str, ...] = (), own_files: bool = False) -> str:
+    """The Content-Security-Policy of a page: its inline scripts by hash, and ('self') the script files
+    written beside it; nothing else runs, not an injected <script>, an onerror= or a javascript: URL."""
+    scripts = ["'self'"] if own_files else []
+    return PAGE_POLICY.format(scripts=" ".join(scripts + [script_hash(c) for c in inline]) or "'none'")
 
 
 def png_bytes(chart, scale: int = PNG_SCALE) -> bytes:
     """The chart as a PNG, rendered without a browser; its pixels are the chart's size times `scale`."""
-    return vl_convert.vegalite_to_png(chart.to_dict(), scale=scale, vl_version=VL_VERSION)
+    return vl_convert.vegalite_to_png(one_line(chart.to_dict()), scale=scale, vl_version=VL_VERSION)
 
 
 @functools.cache
@@ -547,5 +633,20 @@ def javascript_bundle() -> str:
 
 
 def spec(chart) -> dict:
-    """The chart's Vega-Lite specification, to embed in a page."""
-    return chart.to_dict(validate=False)  # made above and checked by the tests: no 0.1 s schema check each
+    """The chart's Vega-Lite specification, to embed in a page (its strings one_line)."""
+    return one_line(
+        chart.to_dict(validate=False)
+    )  # made above and checked by the tests: no 0.1 s schema check
+
+
+def one_line(value):
+    """Every string in a spec with U+2028/2029 as spaces: Vega-Lite quotes titles into the expressions it
+    builds (a tooltip, a mark's description), where either ends the string literal; a name from a KB or a
+    label from a rules file holding one would stop the chart from drawing."""
+    if isinstance(value, str):
+        return value.translate(LINE_SEPARATORS)
+    if isinstance(value, dict):
+        return {k: one_line(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [one_line(v) for v in value]
+    return value

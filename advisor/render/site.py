@@ -13,13 +13,12 @@ import json
 import os
 import re
 import sqlite3
+import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-
-from jinja2 import Environment, PackageLoader, select_autoescape
 
 from advisor.answers.claims import VERDICTS, check_all
 from advisor.answers.evidence import params_text
@@ -41,7 +40,11 @@ from advisor.render.numbers import fmt
 from advisor.render.views import test_brief
 from advisor.rules import Accelerator, FamilyRecord, Rules
 
-SCRIPT = "vega.js"  # Vega, Vega-Lite and vega-embed, written once beside index.html
+SCRIPT = "vega.js"  # Vega, Vega-Lite, vega-embed and charts.DRAW, written once beside index.html
+INDEX = "index.html"
+GENERATOR = '<meta name="generator" content="advisor report">'  # in the head of every page a report writes
+# The page runs vega.js alone ('self'): no inline script, so no hash a path rewrite could touch
+POLICY = charts.page_policy(own_files=True)
 CHART_SIZE = (560, 380)
 FLOWCHART_CELL = (200, 84)
 RUNNERS_UP = 3
@@ -75,20 +78,45 @@ def write_site(
     kb: str,
     gpus: tuple[Accelerator, ...] = (),
 ) -> Path:
-    """Write index.html and the chart script into `out` (created); nothing else there is touched. The page
+    """Write index.html and the chart script into `out` (created); nothing else there is touched, and each is
+    replaced whole (charts.replace_file: a symbolic link there is replaced, never written through). The page
     names no absolute path (without_paths): it is made to be sent, and the sender's folders are theirs."""
     page = without_paths(render(site_context(conn, rules, source, kb, gpus)))
     out.mkdir(parents=True, exist_ok=True)
-    (out / SCRIPT).write_text(charts.javascript_bundle(), encoding="utf-8")
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
+    charts.replace_file(out / SCRIPT, (charts.javascript_bundle() + charts.DRAW).encode("utf-8"))
+    index = out / INDEX
+    charts.replace_file(index, page.encode("utf-8"))  # last: the page marks the folder as a report's
     return index
 
 
 def render(context: dict) -> str:
-    """The index page from its template (autoescaped: names and reasons from a KB are text, never markup)."""
-    env = Environment(loader=PackageLoader("advisor.render", "templates"), autoescape=select_autoescape())
-    return env.get_template("report.html").render(**context)
+    """The index page from its template (autoescaped: names and reasons from a KB are text, never markup;
+    specs as script_json), under a policy that runs vega.js alone."""
+    return charts.environment().get_template("report.html").render(**context, policy=POLICY)
+
+
+def foreign_files(out: Path) -> bool:
+    """Whether `out` holds files a report did not write: a folder that is not empty and whose index.html is
+    not a report's page (a plain file, not a link, with GENERATOR in its head). A report rewrites only its own."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return False
+    return not is_report_page(out / INDEX)
+
+
+def in_the_way(out: Path) -> list[Path]:
+    """What stands where the report's files go and cannot be replaced by a file: a folder named index.html or
+    vega.js (a link, a pipe or a file can; never written through or opened)."""
+    return [out / n for n in (SCRIPT, INDEX) if (out / n).is_dir() and not (out / n).is_symlink()]
+
+
+def is_report_page(path: Path) -> bool:
+    """Whether `path` is a page a report wrote: a plain file (never a link followed) naming it in its head."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and GENERATOR.encode() in f.read(4096)
 
 
 def shown_path(path: str | os.PathLike, cwd: Path | None = None, home: Path | None = None) -> str:

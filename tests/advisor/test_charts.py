@@ -19,8 +19,9 @@ PLOTTING = ("altair", "vl_convert", "jinja2", "narwhals", "jsonschema")
 
 
 def embedded_spec(page: str) -> dict:
-    """The Vega-Lite spec a self-contained page embeds (Altair's template: `const spec = {...};`)."""
-    return json.loads(re.search(r"(?:var|const|let) spec = (\{.*?\});\s*\n", page, flags=re.S).group(1))
+    """The Vega-Lite spec a self-contained page embeds (a JSON block: `<script type="application/json" id="spec">`)."""
+    found = re.search(r'<script type="application/json" id="spec">(.*?)</script>', page, flags=re.S)
+    return json.loads(found.group(1))
 
 
 def chart_rows(spec: dict) -> list[dict]:

@@ -129,7 +129,7 @@ def test_a_bad_path_counts_claim_is_one_sentence(invoke, monkeypatch, bad, why):
         check_all(sqlite3.connect(":memory:"), "paper", RULES, claims=[claim])
     monkeypatch.setattr("advisor.answers.claims.load_claims", lambda: [claim])
     result = invoke("claims", "--source", "paper", catch_exceptions=True)
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.output.startswith("Error: claim 'bad'") and why in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -137,7 +137,7 @@ def test_a_bad_path_counts_claim_is_one_sentence(invoke, monkeypatch, bad, why):
 def test_an_unknown_claim_kind_is_one_sentence(invoke, monkeypatch):
     monkeypatch.setattr("advisor.answers.claims.load_claims", lambda: [dict(id="x", text="", kind="stat")])
     result = invoke("claims", catch_exceptions=True)
-    assert result.exit_code == 1 and "has kind 'stat'" in result.output and "path_counts" in result.output
+    assert result.exit_code == 2 and "has kind 'stat'" in result.output and "path_counts" in result.output
 
 
 def run(optimizer, seed, loss, status="ok", strategy="standard"):

@@ -1,16 +1,24 @@
 """rules/ as data: families and aliases, model types, metric definitions, and that an edit needs no code."""
 
+import ast
+import copy
+import datetime
 import shutil
 import sqlite3
+import time
+import tomllib
+from pathlib import Path
 
 import pytest
 
+from advisor import rules_schema
 from advisor.answers.evidence import GroupEvidence
 from advisor.answers.recommendation import recommend
 from advisor.errors import RulesError
 from advisor.kb.reader import evidence_groups
 from advisor.places import shipped_rules_dir
-from advisor.rules import load_rules
+from advisor.rules import load_rules, read_rules_file
+from advisor.rules_schema import SCHEMAS, Problem, check, line_of
 
 
 def test_families_and_aliases():
@@ -97,7 +105,7 @@ def test_bad_rules_are_reported(tmp_path):
     shutil.copytree(shipped_rules_dir(), custom)
     with open(custom / "metrics.toml", "a") as f:
         f.write('\n[metrics.bogus]\ndirection = "min"\nunit = ""\nlabel = "x"\nmeasures = ["nope"]\n')
-    with pytest.raises(RulesError, match="undefined measures: nope"):
+    with pytest.raises(RulesError, match=r"metrics\.bogus\.measures\[0\] names 'nope', not a measure"):
         load_rules(str(custom))
 
 
@@ -140,7 +148,7 @@ def test_a_bad_arm_is_one_sentence(tmp_path, arms):
     (custom / "families.toml").write_text(
         text.replace('arms = { "accumulation-equal-samples" = "accumulation" }', arms)
     )
-    with pytest.raises(RulesError, match="families.toml: arms"):
+    with pytest.raises(RulesError, match=r"families\.toml, line \d+: arms"):
         load_rules(str(custom))
 
 
@@ -166,5 +174,122 @@ def test_a_bad_evidence_or_tuning_number_is_one_sentence(tmp_path, file, line, b
     text = (custom / file).read_text()
     assert f"\n{line}\n" in text
     (custom / file).write_text(text.replace(f"\n{line}\n", f"\n{bad}\n"))
-    with pytest.raises(RulesError, match=f"rules/{file}: .* must be"):
+    with pytest.raises(RulesError, match=rf"rules/{file}, line \d+: .* must be"):
         load_rules(str(custom))
+
+
+def test_every_shipped_rules_file_passes_its_schema_and_the_schema_knows_every_key():
+    """check() refuses a key its schema lacks, so passing it is the proof that the schema covers the file;
+    claims.toml too, which `advisor claims` reads apart."""
+    for name, schema in SCHEMAS.items():
+        check(tomllib.loads((shipped_rules_dir() / f"{name}.toml").read_text()), schema)
+    assert set(SCHEMAS) == {p.stem for p in shipped_rules_dir().glob("*.toml")}
+
+
+def _leaves(data, path=()):
+    """Every path of a parsed file, tables, lists and values."""
+    yield path
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        yield from _leaves(value, (*path, key))
+
+
+def _replaced(data, path, value):
+    if not path:
+        return value
+    out = copy.copy(data)
+    out[path[0]] = _replaced(data[path[0]], path[1:], value)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_any_value_anywhere_is_a_problem_or_fine_never_a_crash(name):
+    """Every value of every shipped file replaced by each kind of TOML value: the checker says a Problem with
+    the path it was given, or accepts it, and raises nothing else."""
+    data = tomllib.loads((shipped_rules_dir() / f"{name}.toml").read_text())
+    kinds = ({}, [], [{}], "", "x", True, -1, 0, 1.5, float("nan"), 16**5000, datetime.date(2024, 1, 1))
+    problems = 0
+    for path in list(_leaves(data))[1:]:
+        for value in kinds:
+            try:
+                check(_replaced(data, path, value), SCHEMAS[name])
+            except Problem as p:
+                assert p.path[: len(path)] == path or path[: len(p.path)] == p.path, (path, p.path)
+                problems += 1
+    assert problems
+
+
+def test_a_key_the_schema_does_not_know_is_named_with_its_line_and_the_nearest_key(tmp_path):
+    custom = tmp_path / "rules"
+    shutil.copytree(shipped_rules_dir(), custom)
+    text = (custom / "flowchart.toml").read_text()
+    (custom / "flowchart.toml").write_text(text.replace("tie_tolerance = 0.001", "tie_tolerence = 0.001"))
+    line = text[: text.index("tie_tolerance = 0.001")].count("\n") + 1
+    with pytest.raises(RulesError) as e:
+        load_rules(str(custom))
+    assert str(e.value) == (
+        f"{custom / 'flowchart.toml'}, line {line}: ranking.tie_tolerence is not a key advisor knows; "
+        "did you mean tie_tolerance?"
+    )
+
+
+def test_the_line_of_a_key_is_found_by_its_table():
+    text = "\n".join(
+        [
+            "# a comment: x = 0",  # 1
+            "x = 1",  # 2
+            'families.toy = { inputs = ["text"] }',  # 3
+            "[a]",  # 4
+            "b = 2",  # 5
+            "[[c]]",  # 6
+            'id = "p"',  # 7
+            "[[c]]",  # 8
+            'id = "q"',  # 9
+            "when = { f = 1 }",  # 10
+            '[ d . "e.f" ]',  # 11
+            "  g = 3",  # 12
+            '"h i" = 4',  # 13
+        ]
+    )
+    assert line_of(text, ("x",)) == 2
+    assert line_of(text, ("families", "toy", "inputs", 0)) == 3
+    assert line_of(text, ("a", "b")) == 5
+    assert line_of(text, ("a", "nope")) == 4
+    assert line_of(text, ("c", 1, "id")) == 9
+    assert line_of(text, ("c", 1, "when", "f")) == 10
+    assert line_of(text, ("d", "e.f", "g")) == 12
+    assert line_of(text, ("d", "e.f", "h i")) == 13
+    assert line_of(text, ("elsewhere",)) is None
+
+
+def test_the_schema_is_standard_library_only_and_cheap():
+    """It runs on every command: no validation library, and the shipped files checked in a few milliseconds."""
+    tree = ast.parse(Path(rules_schema.__file__).read_text())
+    imported = {
+        (n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+    assert imported <= {"__future__", "difflib", "math", "re"}, imported
+    data = {n: tomllib.loads((shipped_rules_dir() / f"{n}.toml").read_text()) for n in SCHEMAS}
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for name, schema in SCHEMAS.items():
+            check(data[name], schema)
+        times.append(time.perf_counter() - start)
+    assert min(times) < 0.02, times  # about 0.3 ms on a shared 2-core machine
+
+
+def test_claims_toml_is_checked_by_the_same_schema(tmp_path):
+    """`advisor claims` reads claims.toml apart from the rest: read_rules_file is its checked reader."""
+    shipped = read_rules_file(shipped_rules_dir() / "claims.toml", "claims")
+    assert len(shipped["claims"]) >= 20
+    bad = tmp_path / "claims.toml"
+    text = (shipped_rules_dir() / "claims.toml").read_text()
+    bad.write_text(text.replace('kind = "never_best"', 'kind = "never-best"', 1))
+    with pytest.raises(
+        RulesError, match=r"claims\[\d+\]\.kind must be one of .*; did you mean never_best\?$"
+    ):
+        read_rules_file(bad, "claims")

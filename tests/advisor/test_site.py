@@ -3,7 +3,6 @@
 
 import io
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -20,17 +19,6 @@ from advisor.rules import load_rules
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_KB = REPO / "kb" / "results.sqlite"
-CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
-# Chromium as root, on a closed network: no sandbox, no GPU, no background connections (refused here).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DATA_MARKS = "g.role-mark.mark-symbol path, g.role-mark.mark-rect path"  # Vega's SVG: points and cells
 QWEN = REPO / "tests" / "fixtures" / "configs" / "Qwen2-0.5B"
 QUICK = (  # a corner of advisor fit's menu, traced in seconds: full fine-tuning, two optimizers, two strategies
@@ -189,11 +177,17 @@ def _claims_json() -> str:
 
 
 def test_report_into_a_used_folder_replaces_its_own_files_only(invoke, tmp_path):
+    """A folder of the user's is refused (its files would be replaced without a word) unless --force; a folder a
+    report wrote is rewritten, and nothing but index.html and vega.js is touched."""
     out = tmp_path / "site"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     (out / "index.html").write_text("STALE REPORT")
-    assert invoke("report", "--out", out).exit_code == 0
+    refused = invoke("report", "--out", out)
+    assert refused.exit_code == 1 and "--force" in refused.output and str(out) in refused.output
+    assert (out / "index.html").read_text() == "STALE REPORT" and not (out / "vega.js").exists()
+    assert invoke("report", "--out", out, "--force").exit_code == 0
+    assert invoke("report", "--out", out).exit_code == 0  # its own folder now: no --force needed
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "notes.txt", "vega.js"]
     assert (out / "notes.txt").read_text() == "mine" and "STALE" not in (out / "index.html").read_text()
 
@@ -218,24 +212,6 @@ def test_bad_report_options(invoke, tmp_path, args, code, needle):
     assert result.exit_code == code, result.output
     assert needle in result.output and "Traceback" not in result.output
     assert not (tmp_path / "site").exists()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium (Debian's), driven by playwright; skipped only where Chromium is not installed."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(
-                f"{CHROMIUM} is missing in CI: `make browser` installs it (apt-get install chromium)."
-            )
-        pytest.skip(f"{CHROMIUM} is not installed (`make browser`, or apt-get install chromium)")
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="pip install -e '.[dev]' installs playwright"
-    )
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser, path: Path):

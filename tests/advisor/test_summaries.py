@@ -204,9 +204,19 @@ def test_update_run_refuses_to_set_a_group(tmp_path):
 
 
 def test_raw_sqlite_check_rejects_an_unknown_status_and_protocol(tmp_path):
+    """The store refuses them (advisor.kb.admission); below it, the schema's own CHECK does too."""
+    from advisor.errors import KBError
+
     conn = store.open_for_writing(tmp_path / "t.sqlite")
     for column, value in (("status", "exploded"), ("protocol", "vibes")):
         r = run(random.Random(3), 1, **{column: value})
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(KBError, match=f"{column} is {value!r}, not one of"):
             with store.transaction(conn):
                 store.insert_run(conn, r)
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO runs (cell_key, source, model, family, optimizer, strategy, preset, hardware, "
+                f"status, {'protocol' if column == 'protocol' else 'settings'}) "
+                "VALUES ('k', 'measured', 'vit', 'vision', 'sgd', 'standard', 'tiny', 'CPU', ?, ?)",
+                ["ok" if column == "protocol" else value, value],
+            )

@@ -167,7 +167,7 @@ def test_a_bad_alpha_is_one_sentence(invoke, tmp_path, monkeypatch, seeded_kb, a
         monkeypatch.setattr(f"{where}.load_rules", lambda: load_rules(str(custom)))
     for args in (("recommend", "--arch", "vit"), ("flowchart",)):
         result = invoke(*args, "--source", "measured", "--db", seeded_kb, catch_exceptions=True)
-        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert "alpha must be a number between 0 and 1" in result.output
         assert len(result.output.strip().splitlines()) == 1
 
@@ -337,5 +337,5 @@ def test_a_bad_equivalence_margin_is_one_sentence(invoke, monkeypatch, tmp_path,
     for where in ("advisor.cli.answering", "advisor.api"):
         monkeypatch.setattr(f"{where}.load_rules", lambda: load_rules(str(custom)))
     result = invoke("recommend", "--arch", "decoder", "--source", "measured", catch_exceptions=True)
-    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "equivalence_margins.loss must be a fraction between 0 and 1" in result.output

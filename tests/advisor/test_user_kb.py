@@ -93,6 +93,21 @@ def test_kb_build_writes_the_package_only_when_asked(invoke, tmp_path):
     assert both.exit_code == 2
 
 
+def test_kb_build_o_refuses_the_shipped_kb(invoke, tmp_path):
+    """`kb build -o` names any file but the shipped KB, as every other writer (a link to it is the same file;
+    were the refusal missing, the build would replace the link, never the shipped KB)."""
+    link = tmp_path / "results.sqlite"
+    link.symlink_to(SHIPPED_KB)
+    before = SHIPPED_KB.read_bytes()
+    result = invoke("kb", "build", "-o", link)
+    assert (
+        result.exit_code == 1
+        and "is the shipped KB" in result.output
+        and "-o writes another" in result.output
+    )
+    assert link.is_symlink() and SHIPPED_KB.read_bytes() == before
+
+
 def test_migrate_without_a_kb_is_a_sentence(invoke, no_db):
     result = invoke("kb", "migrate")
     assert result.exit_code == 1 and "no knowledge base to migrate" in result.output

@@ -1,8 +1,12 @@
 """Rules the user extends without editing the package: a TOML file in their rules folder, beside their KB."""
 
 import json
+import shutil
 
-from advisor.places import user_rules_dir
+import pytest
+
+from advisor.errors import RulesError
+from advisor.places import shipped_rules_dir, user_rules_dir
 from advisor.rules import extended, load_rules
 
 
@@ -36,4 +40,57 @@ def test_a_broken_user_rules_file_is_one_sentence(invoke):
     user_rules_dir().mkdir(parents=True)
     (user_rules_dir() / "caveats.toml").write_text("[[caveats]\n")
     result = invoke("recommend", "--arch", "vit")
-    assert result.exit_code == 1 and "is not valid TOML" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "is not valid TOML" in result.output and "Traceback" not in result.output
+    assert str(user_rules_dir() / "caveats.toml") in result.output
+
+
+def test_a_users_file_holds_only_what_it_changes():
+    """A user's file is checked as a part: it may leave out every key the shipped file has."""
+    user_rules_dir().mkdir(parents=True)
+    (user_rules_dir() / "flowchart.toml").write_text("[ranking]\ntie_tolerance = 0.002\n")
+    ranking = load_rules().flowchart["ranking"]
+    assert ranking["tie_tolerance"] == 0.002 and ranking["alpha"] == 0.05
+
+
+def test_a_users_copy_of_a_whole_shipped_file_is_accepted():
+    user_rules_dir().mkdir(parents=True)
+    for name in ("flowchart", "caveats", "hardware"):
+        shutil.copy(shipped_rules_dir() / f"{name}.toml", user_rules_dir())
+    rules = load_rules()
+    assert rules.caveats == load_rules(str(shipped_rules_dir())).caveats  # lists extended without repeats
+
+
+def test_a_users_new_optimizer_and_accelerator_are_read():
+    user_rules_dir().mkdir(parents=True)
+    (user_rules_dir() / "optimizers.toml").write_text(
+        '[optimizers.my_adam]\ntrainer = "adamw_torch"\nadamw = true\nbits = 32\nmenu = false\n'
+    )
+    (user_rules_dir() / "hardware.toml").write_text(
+        '[accelerators.mine]\nname = "My card"\nmemory_gib = 12\ntflops = { fp16 = 30 }\nsource = "its box"\n'
+    )
+    rules = load_rules()
+    assert rules.optimizer_info["my_adam"].adamw and rules.optimizers[-1] == "my_adam"
+    assert rules.accelerators["mine"].memory_gib == 12
+
+
+def test_a_problem_in_a_users_list_names_its_own_item_and_line():
+    """The merged list holds the shipped items first: the sentence counts in the user's file, not in it."""
+    user_rules_dir().mkdir(parents=True)
+    path = user_rules_dir() / "flowchart.toml"
+    path.write_text('# mine\n[ranking]\nprefer_optimizers = ["adam", "lion_8bit", "adamx"]\n')
+    with pytest.raises(RulesError) as e:
+        load_rules()
+    assert str(e.value) == (
+        f"{path}, line 3: ranking.prefer_optimizers[2] names 'adamx', not an optimizer of optimizers.toml; "
+        "did you mean adam?"
+    )
+
+
+def test_a_bad_value_the_user_did_not_set_names_the_shipped_file(tmp_path):
+    """A problem the shipped (or named) rules have is theirs, whatever the user's folder holds."""
+    custom = tmp_path / "rules"
+    shutil.copytree(shipped_rules_dir(), custom)
+    text = (custom / "fit.toml").read_text()
+    (custom / "fit.toml").write_text(text.replace("headroom = 0.05", "headroom = -0.05"))
+    with pytest.raises(RulesError, match=rf"^{custom / 'fit.toml'}, line \d+: fits.headroom must be"):
+        load_rules(str(custom))

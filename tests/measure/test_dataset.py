@@ -3,6 +3,7 @@ hub's code path on a local fixture, bad data refused with a sentence, and no sta
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -469,3 +470,50 @@ def test_the_same_data_at_another_path_or_after_a_fallback_is_the_same_cell(tmp_
     other.parent.mkdir()
     write_corpus(other, n=41)
     assert replace(base, **resolve(str(other)).config_fields()).cell_key() != here.cell_key()
+
+
+# --- values checked before the grid: what the cells would fail on, refused; every form they read, passed ----
+
+
+def table_of(**columns) -> dataset.Table:
+    import datasets
+
+    return dataset.Table(datasets.Dataset.from_dict(columns), "train", "t.jsonl")
+
+
+def test_every_label_form_the_cells_read_passes_and_the_others_are_refused_with_their_example():
+    for labels in (["b", "a"] * 5, [0, 3] * 5, [["x"], ["y", "z"]] * 5, [0.0, 1.0] * 5, [True, False] * 5):
+        dataset.check_labels(table_of(label=labels), "label", list(range(10)))
+    refused = {
+        "negative": ([1, -1], "example 2 of t.jsonl has the label -1, an int, which is no class"),
+        "a fraction": ([1.0, 0.5], "example 2 of t.jsonl has the label 0.5, a float"),
+        "null": ([1, None], "example 2 of t.jsonl has no label"),
+        "an empty list": ([["x"], []], "example 2 of t.jsonl has the label [], a list"),
+        "records": ([{"a": 1}, {"a": 2}], "t.jsonl's label column holds records"),
+    }
+    for case, (labels, sentence) in refused.items():
+        with pytest.raises(dataset.DataError, match=re.escape(sentence)):
+            dataset.check_labels(table_of(label=labels), "label", [0, 1])
+            pytest.fail(case)
+    # a sample: the rows the cells read; one they never read cannot fail a cell
+    dataset.check_labels(table_of(label=[1, None]), "label", [0])
+    dataset.check_text(table_of(text=["a text", None]), "text", [0])
+    with pytest.raises(dataset.DataError, match="example 2 of t.jsonl has no text"):
+        dataset.check_text(table_of(text=["a text", None]), "text", [0, 1])
+
+
+def test_the_images_decoded_are_those_the_cells_read_at_most_a_sample(tmp_path):
+    import datasets
+
+    parts = dataset.split_rows(50, 16)
+    read = dataset.rows_read(50, 16, 8)
+    assert set(read) == {int(i) for i in [*parts["test"], *parts["validation"], *parts["train"][:8]]}
+    assert len(dataset.rows_read(100_000, 256, 10_000)) == dataset.SAMPLE_IMAGES
+    folder = write_images(tmp_path / "pics")
+    (folder / "cat" / "0.png").write_bytes(b"not an image")
+    table = dataset.open_table(str(folder))
+    paths = table.rows.cast_column("image", datasets.Image(decode=False))["image"]
+    bad = next(i for i, image in enumerate(paths) if image["path"].endswith("cat/0.png"))
+    dataset.check_images(table, "image", [i for i in range(20) if i != bad])  # a sample that misses it
+    with pytest.raises(dataset.DataError, match="pics/cat/0.png is not an image Pillow can read"):
+        dataset.check_images(table, "image", [bad])

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -186,8 +187,10 @@ def test_a_live_lease_on_another_host_holds_its_cell(tmp_path, measure_tiny):
     db = tmp_path / "lease.sqlite"
     assert measure_tiny(db, "--optimizer", "sgd", "--strategy", "standard").exit_code == 0
     conn = sqlite3.connect(db)
+    # a live lease, as a heartbeat keeps it (a lease further ahead than an hour counts as forged: lease.py)
+    until = (datetime.now(UTC) + timedelta(minutes=30)).isoformat(timespec="seconds")
     conn.execute(
-        "UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = '2999-01-01T00:00:00+00:00'"
+        "UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = ?", [until]
     )
     conn.commit()
     rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps

@@ -1,11 +1,19 @@
 """AdvisorCallback: a real transformers Trainer run (tiny models of two families, CPU, no mock) recorded as
-evidence, and answered from with `recommend --source trainer`; a run that raises is crashed, not lost; the
-main process prints one line saying what it recorded, where, and the command that shows it."""
+evidence, and answered from with `recommend --source trainer`; each log written as it comes; a run whose
+train() raises (the script catching it or not) ended failed or oom at once, never left running; a killed
+one keeps its logs; the main process prints one line saying what it recorded, where, and the command that
+shows it."""
 
 import json
+import os
 import re
 import shlex
+import signal
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
 import warnings
 
 import pytest
@@ -18,7 +26,7 @@ from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
 from advisor.measuring.models import build_model  # noqa: E402
 
 from ..conftest import RULES, ref  # noqa: E402
-from .processes import runs  # noqa: E402
+from .processes import query, runs, wait_for  # noqa: E402
 
 
 class Texts(torch.utils.data.Dataset):
@@ -102,10 +110,19 @@ def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
     assert first["data"] == "Texts of 32 samples (not fingerprinted)"
     conn = sqlite3.connect(db)
     figures = dict(conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [first["id"]]).fetchall())
-    epochs = conn.execute("SELECT count(*) FROM epochs WHERE run_id = ?", [first["id"]]).fetchone()[0]
+    logs = conn.execute(
+        "SELECT epoch, steps, loss FROM epochs WHERE run_id = ? ORDER BY epoch", [first["id"]]
+    )
+    logs = logs.fetchall()
     conn.close()
     assert {"loss", "loss_final", "total_time", "peak_rss_gb", "samples_per_s", "epoch_time"} <= set(figures)
-    assert epochs == 2 and figures["peak_rss_gb"] > 0
+    assert figures["peak_rss_gb"] > 0
+    # every log a row (logging_steps=1: 2 epochs of 4 steps), the run's figures are theirs
+    assert [(e, s) for e, s, _ in logs] == [(i, i + 1) for i in range(8)]
+    assert (
+        figures["loss"] == pytest.approx(sum(x for *_, x in logs) / 8)
+        and figures["loss_final"] == logs[-1][2]
+    )
     out = json.loads(
         invoke(
             "recommend",
@@ -127,42 +144,188 @@ def test_trainer_runs_of_two_families_become_evidence(tmp_path, invoke):
     }
 
 
-def test_a_run_that_raises_is_recorded_crashed(tmp_path, capsys, invoke):
-    db = tmp_path / "mine.sqlite"
-    callback = AdvisorCallback(db=db)
+class Raise(transformers.TrainerCallback):
+    """Raises a new `kind(message)` at the end of step `at` (after the logs of the steps before it), once:
+    nothing but the raise holds the exception."""
 
-    class Boom(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    def __init__(self, kind: type, message: str, at: int = 2):
+        self.kind, self.message, self.at, self.raised = kind, message, at, False
 
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at and not self.raised:
+            self.raised = True
+            raise self.kind(self.message)
+
+
+def trainer_of(db, tmp_path, *callbacks, **args):
+    """A Trainer of a tiny Llama that logs every step, with AdvisorCallback first, then `callbacks`."""
     targs = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=8,
+        logging_steps=1,
         report_to=[],
+        save_strategy="no",
         use_cpu=True,
-        max_steps=3,
+        **{"max_steps": 4, **args},
     )
-    trainer = transformers.Trainer(
-        model=build_model(ref("llama"), "tiny", RULES).model,
-        args=targs,
-        train_dataset=Texts(),
-        callbacks=[callback, Boom()],
+    model = build_model(ref("llama"), "tiny", RULES).model
+    return transformers.Trainer(
+        model=model, args=targs, train_dataset=Texts(), callbacks=[AdvisorCallback(db=db), *callbacks]
     )
-    with pytest.raises(RuntimeError):
-        trainer.train()
-    assert runs(db)[0]["status"] == "running"  # until the interpreter exits (atexit) or a lease expires
-    assert recorded(capsys.readouterr().err) == []
-    callback.failure = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    callback._end_unfinished()
+
+
+def ended(db, timeout: float = 15) -> dict:
+    """The KB's one run, once it is no longer running (the callback's watcher ends it within half a second)."""
+    wait_for(db, "SELECT count(*) FROM runs WHERE status != 'running'", timeout)
     (run,) = runs(db)
-    assert run["status"] == "oom" and "out of memory" in run["error"]
+    return run
+
+
+def test_a_run_whose_exception_the_script_catches_ends_at_once_with_its_sentence(tmp_path, capsys, invoke):
+    """No on_train_end comes, and the Trainer lives on: the run still ends (oom, the exception's sentence)
+    while the script holds the exception, and the log before it is kept."""
+    db = tmp_path / "mine.sqlite"
+    trainer = trainer_of(db, tmp_path, Raise(RuntimeError, "CUDA out of memory. Tried to allocate 2.00 GiB"))
+    with pytest.raises(RuntimeError) as caught:
+        trainer.train()
+    run = ended(db)
+    assert caught.value is not None and trainer is not None  # both alive: nothing was collected
+    assert (
+        run["status"] == "oom"
+        and run["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert query(db, "SELECT epoch, steps FROM epochs WHERE run_id = ?", run["id"]) == [(0, 1)]
     (line,) = recorded(capsys.readouterr().err)
-    assert line == (  # no loss logged before it raised; the KB named (--db), its group as read alone
-        f"advisor: recorded run {run['id']} (oom: {run['model']} · adamw · standard) in {db}, group 1; "
+    assert line == (  # the KB named (--db), its group as read alone
+        f"advisor: recorded run {run['id']} (oom: {run['model']} · adamw · standard · training loss "
+        f"{query(db, 'SELECT loss FROM epochs')[0][0]:.4g}) in {db}, group 1; "
         f"see: advisor kb runs --source trainer --status oom --db {db}"
     )
     listed = json.loads(invoke(*command(line), "--json").output)
     assert [(r["id"], r["status"]) for r in listed] == [(run["id"], "oom")]
+    lease = run["lease_until"]
+    time.sleep(1)
+    assert runs(db)[0]["lease_until"] == lease  # let go: no heartbeat renews an ended run
+
+
+def test_a_run_whose_exception_the_script_drops_is_failed(tmp_path):
+    """The exception is gone when the watcher looks: the run is failed, saying so honestly."""
+    db = tmp_path / "mine.sqlite"
+    trainer = trainer_of(db, tmp_path, Raise(ValueError, "a bad batch"))
+    try:
+        trainer.train()
+    except ValueError:
+        pass
+    run = ended(db)
+    assert run["status"] == "failed"
+    # which one depends on whether the watcher looked while the except clause held the exception
+    assert run["error"] in (
+        "training ended without on_train_end (an exception the script caught?)",
+        "ValueError: a bad batch",
+    )
+
+
+def test_each_log_is_in_the_kb_as_it_comes(tmp_path):
+    """A callback after AdvisorCallback finds each log already in the KB, while the run is running."""
+    db = tmp_path / "mine.sqlite"
+    seen = []
+
+    class Peek(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if "loss" in (logs or {}):
+                seen.append(
+                    query(
+                        db,
+                        "SELECT r.status, count(e.epoch), max(e.steps) FROM runs r JOIN epochs e ON e.run_id = r.id",
+                    )[0]
+                )
+
+    trainer_of(db, tmp_path, Peek()).train()
+    assert seen == [("running", n, n) for n in (1, 2, 3, 4)]
+    assert runs(db)[0]["status"] == "ok"
+
+
+def test_a_trainer_that_starts_over_after_running_out_of_memory_records_both_attempts(tmp_path):
+    """auto_find_batch_size: accelerate catches the out-of-memory error and calls the training loop again at
+    a smaller batch, without on_train_end; the first attempt is oom, the second its own run."""
+    db = tmp_path / "mine.sqlite"
+    oom = Raise(RuntimeError, "CUDA out of memory. Tried to allocate 2.00 GiB")
+    trainer_of(db, tmp_path, oom, auto_find_batch_size=True).train()
+    first, second = runs(db)
+    assert (first["status"], second["status"]) == ("oom", "ok")
+    assert "auto_find_batch_size" in first["error"] and json.loads(second["config"])["batch_size"] == 8
+
+
+SCRIPT = """
+import sys, time, torch, transformers
+from advisor.integrations.transformers import AdvisorCallback
+from advisor.measuring.models import build_model
+from advisor.model_ref import resolve_model
+from advisor.rules import load_rules
+
+class Texts(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        row = torch.arange(4).repeat(4) + i % 7
+        return {"input_ids": row, "labels": row}
+
+class Stop(transformers.TrainerCallback):
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step == 3:
+            if sys.argv[2] == "raise":
+                raise ValueError("the data ran dry")
+            time.sleep(600)  # a hung step, until the test kills it
+
+rules = load_rules()
+model = build_model(resolve_model("llama", rules), "tiny", rules).model
+args = transformers.TrainingArguments(output_dir=sys.argv[3], per_device_train_batch_size=8, logging_steps=1,
+                                      report_to=[], save_strategy="no", use_cpu=True, max_steps=8)
+trainer = transformers.Trainer(model=model, args=args, train_dataset=Texts(),
+                               callbacks=[AdvisorCallback(db=sys.argv[1]), Stop()])
+trainer.train()
+"""
+
+
+def script(tmp_path, db, how: str) -> subprocess.Popen:
+    """SCRIPT in a Python process of its own: a user's training script."""
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    argv = [sys.executable, str(path), str(db), how, str(tmp_path / "out")]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_an_uncaught_exception_fails_the_run_with_its_sentence(tmp_path):
+    db = tmp_path / "mine.sqlite"
+    proc = script(tmp_path, db, "raise")
+    _, err = proc.communicate(timeout=300)
+    (run,) = runs(db)
+    assert proc.returncode == 1 and "ValueError: the data ran dry" in err
+    assert (run["status"], run["error"]) == ("failed", "ValueError: the data ran dry")
+    assert [s for (s,) in query(db, "SELECT steps FROM epochs ORDER BY epoch")] == [1, 2, 3]
+    assert recorded(err) and "(failed: " in recorded(err)[0]
+
+
+@pytest.mark.slow
+def test_a_killed_run_keeps_its_logs_and_the_next_writer_ends_it(tmp_path):
+    from advisor.kb import lease, store
+    from advisor.measuring.hardware import pid_alive
+
+    db = tmp_path / "mine.sqlite"
+    proc = script(tmp_path, db, "hang")
+    try:
+        wait_for(db, "SELECT count(*) >= 3 FROM epochs", timeout=300)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert [s for (s,) in query(db, "SELECT steps FROM epochs ORDER BY epoch")] == [1, 2, 3]
+    with store.writing(db) as conn:  # the next writer: this host, a dead pid
+        assert lease.mark_crashed(conn, pid_alive) == 1
+    (run,) = runs(db)
+    assert run["status"] == "crashed" and "ended before the run did" in run["error"]
+    assert len(query(db, "SELECT loss FROM epochs WHERE loss IS NOT NULL")) == 3
 
 
 def test_a_finished_run_prints_what_it_recorded_where_and_the_command_that_shows_it(
