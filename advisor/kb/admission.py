@@ -386,17 +386,10 @@ def run_problem(run: dict, rules: Rules | None = None, lenient: bool = False) ->
     """What is wrong with a run (its row, metrics and epochs), in a phrase, or None: the first problem.
     `lenient`: names may be well-formed ones the rules do not know (advisor's own writers: see Name)."""
     rules = rules or load_rules()
-    row_rules = run_rules(rules)
-    for col, rule in row_rules.items():
-        if col in ("id", "grp"):
-            continue  # the store numbers runs and gives them their group
-        value = run.get(col)
-        if isinstance(rule, Name):
-            problem = rule.problem(value, run, lenient)
-            if problem:
-                return problem
-        elif problem := rule.problem(value, run):
-            return _said(col, problem, value)
+    # the store numbers runs and gives them their group
+    problem = _columns_problem(run_rules(rules), run, run, lenient, skip=("id", "grp"))
+    if problem:
+        return problem
     for i, m in enumerate(run.get("metrics") or ()):
         problem = figure_problem(m, run, rules, lenient) if isinstance(m, dict) else "is not an object"
         if problem:
@@ -410,18 +403,28 @@ def run_problem(run: dict, rules: Rules | None = None, lenient: bool = False) ->
 
 def figure_problem(m: dict, run: dict, rules: Rules | None = None, lenient: bool = False) -> str | None:
     """What is wrong with one run-level figure ({name, value, unit, certainty, note})."""
-    for col, rule in metric_rules(rules).items():
-        if col == "run_id":
+    figure = {**m, "certainty": m.get("certainty") or "measured"}
+    problem = _columns_problem(metric_rules(rules), figure, run, lenient, skip=("run_id",))
+    if problem:
+        return problem
+    problem = bounds(m["name"]).problem(m.get("value"))
+    return f"value {problem}, not {_shown(m.get('value'))}" if problem else None
+
+
+def _columns_problem(rules: dict, row: dict, run: dict, lenient: bool, skip: tuple[str, ...]) -> str | None:
+    """The first column of `row` that breaks its rule, in a phrase (a name's own phrase; else the column,
+    what is wrong and the value), or None."""
+    for col, rule in rules.items():
+        if col in skip:
             continue
-        value = m.get(col) if col != "certainty" else m.get(col) or "measured"
+        value = row.get(col)
         if isinstance(rule, Name):
             problem = rule.problem(value, run, lenient)
             if problem:
                 return problem
         elif problem := rule.problem(value, run):
             return _said(col, problem, value)
-    problem = bounds(m["name"]).problem(m.get("value"))
-    return f"value {problem}, not {_shown(m.get('value'))}" if problem else None
+    return None
 
 
 def epoch_problem(e: dict) -> str | None:
