@@ -8,7 +8,9 @@ The model is built as a Trainer run builds it: at the spec's precision, with its
 and, for an adapter, peft's LoRA on a frozen base (QLoRA's base loaded quantized by transformers'
 bitsandbytes integration from saved weights, as `from_pretrained` loads a user's)."""
 
+import atexit
 import copy
+import shutil
 import tempfile
 import time
 from contextlib import nullcontext
@@ -81,6 +83,7 @@ def _quantized(spec: Spec, compute: torch.dtype):
         folder = Path(tempfile.mkdtemp(prefix="advisor-qlora-"))
         spec.family.model_class().from_config(spec.config, dtype=compute).save_pretrained(folder)
         _SAVED[key] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # tens of MB a model, one per session
     quant = (
         BitsAndBytesConfig(
             load_in_4bit=True,
