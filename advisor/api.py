@@ -62,6 +62,7 @@ def recommend(
     db: PathLike | None = None,
     conn: sqlite3.Connection | None = None,
     menu: dict | None = None,
+    compare_groups: bool = True,
     **menu_options,
 ) -> Answer:
     """`advisor recommend` as an `Answer` (`.recommendation`, `.alternatives`, `.excluded`, `.caveats`,
@@ -71,7 +72,9 @@ def recommend(
     excludes measured configurations above it too. `menu`: advisor fit's menu options for that prediction
     (`adapters`, `lora_r`, `offload`, `attention`, `gpus`, `nodes`, `shardings`, ...), as a dict or as
     keywords (`gpus=8`), as `advisor recommend` takes them. `group`: one evidence group's id ('11', 'u3');
-    `evidence`: 'matching' (your own runs only where they match the question) or 'mine' (your runs alone)."""
+    `evidence`: 'matching' (your own runs only where they match the question) or 'mine' (your runs alone).
+    `compare_groups`: rank the other evidence groups too, naming those whose pick differs (`.disagreements`;
+    off for the short answer, which shows none)."""
     from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
     from advisor.answers.recommendation import Constraints
     from advisor.answers.recommendation import recommend as rank
@@ -135,7 +138,7 @@ def recommend(
             source=source,
             asked=_asked(resolved, fitted),
             selector=selector,
-            compare_groups=True,
+            compare_groups=compare_groups,
         )
     finally:
         if conn is None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from advisor.kb import store
-from advisor.kb.schema import cell_key
+from advisor.kb.identity import cell_key
 
 FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
 OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]

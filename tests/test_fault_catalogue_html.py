@@ -405,12 +405,18 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "-"
 
 
+CACHE = "xdg-data/advisor/cache"  # advisor's own cache in the data folder: the chart script a picture keeps
+
+
 def tree(root: Path) -> dict[str, str]:
-    """Every entry under root, as what it is: a file's digest, a link's target, a folder, a pipe."""
+    """Every entry under root, as what it is: a file's digest, a link's target, a folder, a pipe; the cache
+    and the folders above it aside."""
     out = {}
     for p in sorted(root.rglob("*")):
         mode = p.lstat().st_mode
         key = str(p.relative_to(root))
+        if f"{CACHE}/".startswith(f"{key}/") or key.startswith(f"{CACHE}/"):
+            continue
         if stat.S_ISLNK(mode):
             out[key] = "-> " + os.readlink(p)
         elif stat.S_ISREG(mode):

@@ -263,13 +263,14 @@ class GroupEvidence:
             converted = spec is not None and (spec.factor != 1.0 or spec.scale is not None)
             self._aggregates[metric] = aggregates.get(measure, {})
             self._stats[metric] = {k: _stat(a, converted) for k, a in self._aggregates[metric].items()}
-        # Seed-paired sums, for the measures read that a runs column does not scale (those have none).
-        paired = {x for x in self._measures.values() if x and rules.measures[x].scale is None}
-        self._pairs: dict[str, dict] = (
-            group_pairs(conn, group, {x: rules.measures[x].factor for x in sorted(paired)})
-            if group.n_seeds > 1
-            else {}
-        )
+        # Seed-paired sums, for the measures read that a runs column does not scale (those have none): each
+        # read when a test first asks for it (an answer tests one metric; a group holds thousands of pairs).
+        self._pairable: dict[str, float] = {
+            x: rules.measures[x].factor
+            for x in self._measures.values()
+            if x and rules.measures[x].scale is None and group.n_seeds > 1
+        }
+        self._pairs: dict[str, dict] = {}
 
     def use_prediction(self, metric: str, measure: str, values: dict[tuple[str, str], float]) -> None:
         """Rank `metric` by predicted values (advisor fit) instead of the stored figures: e.g. memory for the
@@ -295,7 +296,11 @@ class GroupEvidence:
 
     def pair(self, metric: str, a: tuple[str, str], b: tuple[str, str]) -> PairSums | None:
         """The seed-paired sums of a - b on the metric's measure, where both have ok runs of common seeds."""
-        pairs = self._pairs.get(self._measures.get(metric) or "", {})
+        measure = self._measures.get(metric) or ""
+        if measure not in self._pairs and measure in self._pairable:
+            read = group_pairs(self.conn, self.group, {measure: self._pairable[measure]})
+            self._pairs[measure] = read.get(measure, {})
+        pairs = self._pairs.get(measure, {})
         if (a, b) in pairs:
             return pairs[(a, b)]
         return pairs[(b, a)].flipped() if (b, a) in pairs else None

@@ -9,8 +9,6 @@ from advisor.answers.evidence import Asked, GroupEvidence, Selector, Stat, param
 from advisor.answers.frontier import frontier_points
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.stats import holm, relative_difference, tost
-from advisor.answers.transfer import METRICS as METRICS_ACROSS_SCALES
-from advisor.answers.transfer import summary_line, transfers
 from advisor.errors import RulesError
 from advisor.kb.reader import Cell, Group, group_settings, validation
 from advisor.rules import Metric, Rules, gib, load_rules
@@ -181,8 +179,12 @@ def recommend(
     answer.unmatched, answer.scale = chosen.unmatched, chosen.scale
     predicted = answer.measure in MEASURES_PREDICTED
     answer.scale_note = scale_statement(rules, asked and asked.n_params, answer.group, predicted)
-    if answer.scale_note and answer.scale_note["warning"] and metric in METRICS_ACROSS_SCALES:
-        answer.scale_note["transfer"] = summary_line(transfers(conn, rules, metrics=(metric,)), metric)
+    if answer.scale_note and answer.scale_note["warning"]:
+        from advisor.answers import transfer  # only an answer far from its evidence's scale reads it
+
+        if metric in transfer.METRICS:
+            found = transfer.transfers(conn, rules, metrics=(metric,))
+            answer.scale_note["transfer"] = transfer.summary_line(found, metric)
     if constraints.fit is not None:
         answer.model = model_summary(constraints.fit, answer.group)
         answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None

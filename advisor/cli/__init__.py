@@ -9,6 +9,7 @@ every other command's imports.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -58,11 +59,20 @@ def cli():
     """
 
 
+# Commands that only read: once one has answered, its objects are left to the process's end, not collected
+# one by one at exit (gc.freeze: about 15 ms of a 130 ms answer). Nothing they hold needs closing (their KBs
+# are read-only); a command that writes keeps the collector's last pass, which closes its KB.
+READ_ONLY = ("recommend", "frontier", "flowchart", "claims", "transfer")
+
+
 def main():
     try:
         cli(prog_name="advisor")
     except BrokenPipeError:  # `advisor kb export | head` is not an error
         sys.stderr.close()
+    finally:
+        if sys.argv[1:2] and sys.argv[1] in READ_ONLY:
+            gc.freeze()
 
 
 __all__ = ["cli", "main"]

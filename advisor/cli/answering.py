@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor.answers.claims import check_all, markdown
 from advisor.answers.flowchart import summary, walk
 from advisor.answers.frontier import frontier as frontier_of
 from advisor.cli.params import (
@@ -29,12 +28,18 @@ from advisor.cli.params import (
     source_option,
 )
 from advisor.cli.reporting import picture_option, write_pictures
-from advisor.render.files import replace_file
-from advisor.render.views import answer_view, claims_view, flowchart_view, frontier_view
 from advisor.rules import load_rules
 
 # advisor.render.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
 FRONTIER_PIXELS = "1280 × 840"
+
+
+def show(render) -> None:
+    """Print what render(advisor.render.views) makes: the views, and rich under them (20 ms to import), are
+    loaded by what prints tables, never by --json."""
+    from advisor.render import views
+
+    console().print(render(views))
 
 
 @click.command(context_settings=CONTEXT)
@@ -133,13 +138,20 @@ def recommend(
         shardings=shardings,
     )
     answer = api.recommend(
-        arch, metric, preset=evidence_preset, group=group_id, conn=conn, menu=menu, **options
+        arch,
+        metric,
+        preset=evidence_preset,
+        group=group_id,
+        conn=conn,
+        menu=menu,
+        compare_groups=verbose or as_json,  # the short answer names no other group's pick
+        **options,
     )
     rules = load_rules()
     if as_json:
         echo_json(answer.as_dict(rules))
     else:
-        console().print(answer_view(answer, rules, verbose))
+        show(lambda views: views.answer_view(answer, rules, verbose))
 
 
 @click.command(context_settings=CONTEXT)
@@ -186,7 +198,8 @@ def frontier(arch, x, y, source, html, png, db, as_json):
     if as_json:
         echo_json(result.as_dict(rules))
     else:
-        console().print(frontier_view(result.points, rules, x, y, evidence=f"Evidence: {result.group.label}"))
+        evidence = f"Evidence: {result.group.label}"
+        show(lambda views: views.frontier_view(result.points, rules, x, y, evidence=evidence))
     write_pictures(lambda charts: charts.frontier_chart(result, rules), html, png)
 
 
@@ -222,7 +235,7 @@ def flowchart(source, html, db, as_json):
     if as_json:
         echo_json({"paths": [p.as_dict() for p in paths], "summary": summary(paths)})
     else:
-        console().print(flowchart_view(paths, summary(paths)))
+        show(lambda views: views.flowchart_view(paths, summary(paths)))
     write_pictures(lambda charts: charts.flowchart_chart(paths, summary(paths), rules), html)
 
 
@@ -248,6 +261,9 @@ def claims(source, markdown_path, db, as_json):
         advisor claims --source paper
         advisor claims --source measured --markdown docs/claims.md
     """
+    from advisor.answers.claims import check_all, markdown  # not on the path of the other answers
+    from advisor.files import replace_file
+
     verdicts = check_all(reading_kb(db, source), source, load_rules())
     if markdown_path:
         command = (
@@ -259,7 +275,7 @@ def claims(source, markdown_path, db, as_json):
     if as_json:
         echo_json({"source": source, "claims": [v.as_dict() for v in verdicts]})
     else:
-        console().print(claims_view(verdicts))
+        show(lambda views: views.claims_view(verdicts))
 
 
 @click.command(context_settings=CONTEXT)
@@ -282,10 +298,9 @@ def transfer(arch, db, as_json):
         advisor transfer --arch decoder --json
     """
     from advisor.answers.transfer import transfers
-    from advisor.render.views import transfer_view
 
     found = transfers(reading_kb(db, None), load_rules(), arch)
     if as_json:
         echo_json({"family": arch, "transfers": [t.as_dict() for t in found]})
     else:
-        console().print(transfer_view(found, arch))
+        show(lambda views: views.transfer_view(found, arch))

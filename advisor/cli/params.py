@@ -11,9 +11,9 @@ import math
 import sqlite3
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from advisor.errors import Error, InputError, RulesError, UnsupportedModel
 from advisor.kb import reader
@@ -23,10 +23,15 @@ from advisor.model_ref import reference_models, resolve_model
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS
 from advisor.rules import load_rules
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def console() -> Console:
+    from rich.console import Console  # rich's 20 ms wait for what prints tables (--json prints none)
+
     return Console(soft_wrap=False)
 
 

@@ -3,12 +3,14 @@ KB from its versioned inputs, atomically) and `advisor kb merge` (other KBs into
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from advisor.errors import KBError
@@ -17,6 +19,7 @@ from advisor.kb.ingest import read_export, read_figures, read_file, read_setup
 from advisor.kb.reader import export_validations, iter_runs
 from advisor.kb.schema import (
     applied_migrations,
+    columns,
     connect_readonly,
     connect_ro,
     corrupt_error,
@@ -56,18 +59,22 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
     `running` in a source is copied as `crashed`, its origin said (a merge copies no claim). Every run is
     checked against advisor's rules (advisor.kb.admission) before the target is opened: one that breaks
     them refuses the whole merge, and the target is left byte for byte as it was. Sources are streamed,
-    MERGE_BATCH runs at a time. Merging the same files twice changes nothing the second time."""
+    MERGE_BATCH runs at a time. Merging the same files twice changes nothing the second time, and costs
+    little: the runs the target already holds exactly are found in one query per source (`held_alike`),
+    and are neither read, checked nor staged."""
+    db_path = Path(db_path)
     sources = []
     try:
         for path in files:
             sources.append((path, open_source(path)))  # each an advisor KB, whole, or a sentence
-        _refuse_bad_runs(sources)
+        _refuse_bad_runs(sources, db_path)
         out = Merged()
         with store.writing(db_path) as conn:
             staging = store.Staging(conn)
             try:
-                validations = _stage_sources(conn, staging, sources, out)
-                out.added, out.skipped = staging.commit(validations)
+                validations = _stage_sources(conn, staging, sources, db_path, out)
+                out.added, skipped = staging.commit(validations)
+                out.skipped += skipped
             finally:
                 staging.drop()
         return out
@@ -91,21 +98,69 @@ def open_source(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _source_batches(path: Path, src: sqlite3.Connection, out: Merged) -> Iterator[list[dict]]:
-    """A source's runs, MERGE_BATCH at a time, `running` ones as crashed; damage met said in a sentence."""
+HELD_TABLES = (("runs", "id"), ("metrics", "run_id"), ("epochs", "run_id"))  # a run's rows, by its id
+
+
+def held_alike(src: sqlite3.Connection, target: Path) -> set[str]:
+    """The uids of a source's runs that the KB at target holds exactly as they are: every column but its
+    local numbering, every figure and every epoch. Writing them would change nothing, and checking them
+    would learn nothing, so a merge neither reads, checks nor stages them. One query, the target attached
+    read-only to the source's connection; none where the target is no current advisor KB (yet) or cannot be
+    read, and then every run takes the long way."""
     try:
+        connect_readonly(target).close()  # checked as every KB read is: ours, at this schema, no trigger
+        src.execute("ATTACH DATABASE ? AS kb", [f"{target.resolve().as_uri()}?mode=ro"])
+    except (KBError, sqlite3.Error):
+        return set()
+    try:
+        return {uid for (uid,) in src.execute(_held_alike_sql())}
+    except sqlite3.Error:
+        return set()
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            src.execute("DETACH DATABASE kb")
+
+
+@cache
+def _held_alike_sql() -> str:
+    """The runs of the source (main, run s) that the attached KB (kb, run t) holds alike. A source's
+    `running` run never is: a merge copies it changed (crashed), so it takes the long way."""
+    alike = " AND ".join(_rows_alike(table, key) for table, key in HELD_TABLES)
+    return (
+        "SELECT s.uid FROM main.runs s JOIN kb.runs t ON t.uid = s.uid "
+        f"WHERE s.status != 'running' AND {alike}"
+    )
+
+
+def _rows_alike(table: str, key: str) -> str:
+    """SQL: run s's rows of table in the source are run t's in the KB, as many, column for column."""
+    cols = ", ".join(c for c in columns(table) if c not in ("id", "grp", "run_id"))  # local numbering
+    mine, theirs = (
+        f"SELECT {cols} FROM {db}.{table} WHERE {key} = {r}.id" for db, r in (("main", "s"), ("kb", "t"))
+    )
+    as_many = f"(SELECT count(*) FROM ({mine})) = (SELECT count(*) FROM ({theirs}))"
+    return f"{as_many} AND NOT EXISTS ({mine} EXCEPT {theirs})"
+
+
+def _source_batches(path: Path, src: sqlite3.Connection, out: Merged, held: set[str]) -> Iterator[list[dict]]:
+    """A source's runs, MERGE_BATCH at a time, less those the target holds alike (`held`: a source it holds
+    whole is not read), `running` ones as crashed; damage met said in a sentence."""
+    try:
+        if held and len(held) == src.execute("SELECT count(*) FROM runs").fetchone()[0]:
+            return
         for batch in iter_runs(src, batch=MERGE_BATCH):
-            yield [_unclaimed(run, path, out) for run in batch]
+            yield [_unclaimed(run, path, out) for run in batch if run.get("uid") not in held]
     except sqlite3.DatabaseError as e:
         raise corrupt_error(path, e) from e
 
 
-def _refuse_bad_runs(sources) -> None:
-    """Read every source once, before the target is opened: a run that breaks the rules refuses the merge
-    (BadRuns, naming the first few), and the target is never touched."""
+def _refuse_bad_runs(sources, target: Path) -> None:
+    """Read every source once, before the target is opened for writing: a run that breaks the rules
+    refuses the merge (BadRuns, naming the first few), and the target is never touched. Runs the target
+    holds alike are not read: they will not be written."""
     rules, problems, total = load_rules(), [], 0
     for path, src in sources:
-        for batch in _source_batches(path, src, Merged()):
+        for batch in _source_batches(path, src, Merged(), held_alike(src, target)):
             for run in batch:  # as stored: a KB's protocol column is never a legacy file's settings
                 problem = admission.run_problem(run, rules)
                 if problem:
@@ -122,13 +177,16 @@ def _refuse_bad_runs(sources) -> None:
         raise store.BadRuns(problems, total, where="kb merge: ")
 
 
-def _stage_sources(conn, staging: store.Staging, sources, out: Merged) -> list[dict]:
-    """Stage every source's new runs, batch by batch. Returns the sources' validations."""
+def _stage_sources(conn, staging: store.Staging, sources, target: Path, out: Merged) -> list[dict]:
+    """Stage every source's new runs, batch by batch; those the target holds alike are counted as already
+    there. Returns the sources' validations."""
     seen: dict[str, tuple[str, str]] = {}  # uid -> (digest hash, where) of the runs staged so far
     ended = lease.ended_cells(conn)
     validations = []
     for path, src in sources:
-        for batch in _source_batches(path, src, out):
+        held = held_alike(src, target)  # again, now that the target is open: it may have changed since
+        out.skipped += len(held)
+        for batch in _source_batches(path, src, out, held):
             staging.add(_new_runs(conn, batch, path, seen, ended, out))
         validations += export_validations(src)
     return validations
@@ -149,20 +207,21 @@ def _unclaimed(run: dict, path: Path, out: Merged) -> dict:
 
 
 def _new_runs(conn, batch: list[dict], path: Path, seen: dict, ended: set, out: Merged) -> list[dict]:
-    """The runs of a batch to stage: not a conflict with the target or an earlier source, not a repeat."""
-    broken = [run for run in batch if admission.run_problem(store.normalized(run))]
+    """The runs of a batch to stage: not one the target holds with the same digest (counted as already
+    there, neither checked nor staged), not a conflict with the target or an earlier source, not a repeat."""
+    mine = dict(store.run_digests(conn, [r["uid"] for r in batch if isinstance(r.get("uid"), str)]))
+    digests = [store.run_digest(run) for run in batch]
+    fresh = [(run, d) for run, d in zip(batch, digests, strict=True) if mine.get(run.get("uid")) != d]
+    out.skipped += len(batch) - len(fresh)
+    broken = [run for run, _ in fresh if admission.run_problem(store.normalized(run))]
     if broken:
         raise store.BadRuns(
             [f"{admission.identity(r)}: {admission.run_problem(store.normalized(r))}" for r in broken]
         )
-    mine = {
-        uid: (_hashed(d), "here")
-        for uid, d in store.run_digests(conn, [r["uid"] for r in batch if r.get("uid")])
-    }
     keep = []
-    for run in batch:
-        digest, uid = _hashed(store.run_digest(run)), run.get("uid")
-        known = mine.get(uid) or seen.get(uid)
+    for run, digest in fresh:
+        digest, uid = _hashed(digest), run.get("uid")
+        known = (_hashed(mine[uid]), "here") if uid in mine else seen.get(uid)
         if known and known[0] != digest:
             out.conflicts.append(
                 f"run {uid} ({run['status']} in {path}) differs from the one {known[1]}: kept"

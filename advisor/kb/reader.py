@@ -11,8 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb import admission, lease
-from advisor.kb.schema import check_schema, connect_readonly, corrupt_error, integrity_problems
+from advisor.kb.schema import (
+    check_schema,
+    connect_readonly,
+    corrupt_error,
+    integrity_problems,
+)
 from advisor.places import exists, resolve_db_path, shipped_kb_path, user_kb_path
 
 SOURCE_KINDS = ("paper", "measured")
@@ -420,6 +424,8 @@ def list_runs(
 
 def _abandoned(conn: sqlite3.Connection) -> list[tuple[int, str]]:
     """(id, why) of the runs still marked `running` whose owner is gone: readers show them crashed."""
+    from advisor.kb import lease  # a writer's module (sockets, the store): off the answer path
+
     rows = conn.execute("SELECT id, owner, lease_until, started_at FROM runs WHERE status = 'running'")
     return [
         (i, why)
@@ -580,12 +586,35 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
 def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> None:
     """Refuse a KB unless it is whole and keeps the rules: its schema exactly ours, its pages sound (SQLite's
     quick_check), its rows within advisor.kb.admission's rules. `full` (the user's KB read beside the
-    shipped one, whose answers say "your KB"): every page and every row. Else (a KB read alone, --db,
-    which may hold a million runs and must answer in a second): the summaries answers are computed from,
-    and the pages of a file up to MAX_CHECKED_BYTES_ALONE. An answer is never computed over a KB known to
-    be damaged or forged; `advisor kb check` checks everything of any KB."""
+    shipped one, whose answers say "your KB"): every page and every row, once per version of the file (a
+    pass is remembered: advisor.kb.checks); the exact schema on every read, so a file swapped in is caught
+    whatever was remembered. Else (a KB read alone, --db, which may hold a million runs and must answer in a
+    second): the summaries answers are computed from, and the pages of a file up to
+    MAX_CHECKED_BYTES_ALONE. An answer is never computed over a KB known to be damaged or forged; `advisor
+    kb check` checks everything of any KB."""
     try:
         check_schema(conn, path, db)
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    if not full:
+        _check_pages_and_rows(conn, path, db, full)
+        return
+    from advisor.kb import checks as remembered  # only a user's KB is remembered (its hashing, its file)
+
+    version = remembered.file_version(path)
+    if version is not None and remembered.passed(version):
+        return
+    _check_pages_and_rows(conn, path, db, full)
+    if version is not None and remembered.file_version(path) == version:  # unchanged while it was checked
+        remembered.remember_passed(version)
+
+
+def _check_pages_and_rows(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> None:
+    """check_read's costly part: SQLite's quick_check of the pages, and every row (the summaries, where
+    not `full`) held to the rules."""
+    from advisor.kb import admission  # off the answer path when the check is remembered (a few ms)
+
+    try:
         size = path.stat().st_size
         if size <= (MAX_CHECKED_BYTES if full else MAX_CHECKED_BYTES_ALONE):
             damage = integrity_problems(conn, db)
@@ -605,6 +634,8 @@ def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> Non
 def check_kb(path: Path) -> list[str]:
     """Everything `advisor kb check` finds wrong with a KB file, as sentences ([] when it is whole): not an
     advisor KB at this schema, pages SQLite's integrity check finds damaged, rows that break the rules."""
+    from advisor.kb import admission  # off the answer path (see _check_pages_and_rows)
+
     try:
         conn = connect_readonly(path)
     except KBError as e:

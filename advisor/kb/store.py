@@ -257,7 +257,9 @@ class BadRuns(KBError):
         self.problems, self.total = problems, total or len(problems)
         shown = "; ".join(problems[: admission.MAX_REPORTED])
         more = (
-            f" (and {self.total - admission.MAX_REPORTED} more)" if self.total > admission.MAX_REPORTED else ""
+            f" (and {self.total - admission.MAX_REPORTED} more)"
+            if self.total > admission.MAX_REPORTED
+            else ""
         )
         super().__init__(
             f"{where}{self.total} run(s) break advisor's rules, so nothing was written: {shown}{more}. "
@@ -314,13 +316,30 @@ def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dic
 
     Atomic, and short for other writers: every row is staged in temporary tables first (they take no lock
     on the KB), then one transaction copies what is new in SQL. A 20,000-run import holds the write lock
-    for a fraction of a second, not the minute a row-by-row insert takes."""
+    for a fraction of a second, not the minute a row-by-row insert takes. Runs the KB holds with the same
+    digest (`unheld`) are counted as skipped at once: neither checked nor staged."""
+    runs, held = unheld(conn, runs)
     staging = Staging(conn)
     try:
         staging.add(runs)
-        return staging.commit(validations)
+        added, skipped = staging.commit(validations)
+        return added, skipped + held
     finally:
         staging.drop()
+
+
+def unheld(conn: sqlite3.Connection, runs: list[dict]) -> tuple[list[dict], int]:
+    """The runs the KB does not hold as they are, and how many it does: a run of a uid it holds with the
+    same digest (status and figures) is already there, whatever else it carries. One query for them all."""
+    uids = [run["uid"] for run in runs if isinstance(run.get("uid"), str)]
+    mine = dict(run_digests(conn, uids)) if uids else {}
+    fresh = [run for run in runs if not _held_same(run, mine)]
+    return fresh, len(runs) - len(fresh)
+
+
+def _held_same(run: dict, mine: dict[str, str]) -> bool:
+    uid = run.get("uid")
+    return isinstance(uid, str) and uid in mine and mine[uid] == run_digest(run)
 
 
 class Staging:
@@ -363,7 +382,9 @@ class Staging:
     def commit(self, validations: list[dict] = ()) -> tuple[int, int]:
         """Copy what the KB lacks in one transaction. Returns (runs added, runs skipped)."""
         problems = [
-            f"validation {i}: {p}" for i, v in enumerate(validations) if (p := admission.validation_problem(v))
+            f"validation {i}: {p}"
+            for i, v in enumerate(validations)
+            if (p := admission.validation_problem(v))
         ]
         if problems:
             raise KBError(
@@ -431,19 +452,18 @@ def _rounded(value) -> float | str:
 
 
 def run_digests(conn: sqlite3.Connection, uids: list[str]) -> list[tuple[str, str]]:
-    """(uid, run_digest) of the runs the KB holds among uids."""
-    out = []
-    for start in range(0, len(uids), 500):
-        chunk = uids[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        rows = conn.execute(f"SELECT id, uid, status FROM runs WHERE uid IN ({marks})", chunk).fetchall()
-        for run_id, uid, status in rows:
-            metrics = [
-                {"name": n, "value": v}
-                for n, v in conn.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])
-            ]
-            out.append((uid, run_digest({"status": status, "metrics": metrics})))
-    return out
+    """(uid, run_digest) of the runs the KB holds among uids: one query, the uids passed as one JSON array."""
+    held: dict[str, dict] = {}
+    rows = conn.execute(
+        "SELECT r.uid, r.status, m.name, m.value FROM runs r LEFT JOIN metrics m ON m.run_id = r.id "
+        "WHERE r.uid IN (SELECT value FROM json_each(?))",
+        [json.dumps(uids)],
+    )
+    for uid, status, name, value in rows:
+        run = held.setdefault(uid, {"status": status, "metrics": []})
+        if name is not None:
+            run["metrics"].append({"name": name, "value": value})
+    return [(uid, run_digest(run)) for uid, run in held.items()]
 
 
 def rebuild_summaries(conn: sqlite3.Connection) -> None:

@@ -5,7 +5,8 @@ Model FLOPs are 3x the forward's, counted by torch's FlopCounterMode on the cell
 backward takes twice the forward: PaLM's MFU convention; checkpointing's recomputed forward is not model
 work and is not counted), scaled to each micro-batch by its positions (padding included: the hardware
 computes it). The device's rate: the datasheet's dense peak for a GPU of rules/hardware.toml; on a CPU,
-which no datasheet states, the best of a few dense matmuls measured at the cell's start.
+which no datasheet states, the best of a few dense matmuls, measured once per grid (the first cell measures
+it; the grid hands it to the cells after, see `known_peak`).
 """
 
 from __future__ import annotations
@@ -55,9 +56,22 @@ def device_peak(device, dtype: str, rules: Rules) -> DevicePeak | None:
     )
 
 
-# Every cell measures the peak in its own process: the best of many is a stable maximum (contention only
-# ever slows a product down), so the peak's noise does not become noise in `mfu` (~0.2 s a cell).
+# The best of many is a stable maximum (contention only ever slows a product down), so the peak's noise does
+# not become noise in `mfu`. It costs ~0.2 s: once per grid, not per cell (issue 25).
 PEAK_REPEATS = 20
+
+Peaks = dict[tuple[str, str], DevicePeak]  # (device, dtype) -> its peak, as far as this grid measured
+
+
+def known_peak(peaks: Peaks, device, dtype: str, rules: Rules) -> DevicePeak | None:
+    """The device's peak at dtype: the one this grid already has, else measured now and kept in `peaks`."""
+    key = (str(device), dtype)
+    if key not in peaks:
+        peak = device_peak(device, dtype, rules)
+        if peak is None:
+            return None
+        peaks[key] = peak
+    return peaks[key]
 
 
 def matmul_rate(dtype: str, n: int = 768, repeats: int = PEAK_REPEATS) -> float:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from advisor.errors import InputError, KBError
 from advisor.kb import lease, store
 from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.flops import Peaks
 from advisor.measuring.hardware import describe, owner, pid_alive, resolve_device
 from advisor.measuring.preflight import will_not_fit
 from advisor.measuring.progress import LOSS_MEASURES, MEMORY_MEASURES, Reporter
@@ -146,12 +147,15 @@ def run_cell(
     reporter: Reporter | None = None,
     heartbeat=None,
     order: dict | None = None,
+    peaks: Peaks | None = None,
+    exiting: bool = False,
 ) -> CellResult:
     """Claim one cell in the KB, train it, record every epoch and the outcome; never raises for a failure of
     the cell itself (Ctrl-C is recorded as crashed, then re-raised). The heartbeat keeps the claim's lease.
 
     order: where the cell ran in its grid ({"seed", "position", "cells"}), recorded with the run (not part
-    of its cell key): drift over a grid can then be told from a configuration's effect."""
+    of its cell key): drift over a grid can then be told from a configuration's effect. peaks and exiting:
+    as train_cell's."""
     settings = cell.config.settings()
     cfg = cell.config.resolved()
     try:
@@ -176,7 +180,9 @@ def run_cell(
     def on_built(info: dict) -> None:
         store.update_run(conn, run_id, **built_fields(run["config"], info))
 
-    outcome = train_cell(cell, rules, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row))
+    outcome = train_cell(
+        cell, rules, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), peaks, exiting
+    )
     store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
     if heartbeat is not None:
         heartbeat.let_go(run_id)
@@ -218,10 +224,19 @@ def cell_run(cell: GridCell, settings: str, machine: dict) -> dict:
     }
 
 
-def train_cell(cell: GridCell, rules: Rules, reporter=None, on_built=None, on_epoch=None) -> CellOutcome:
+def train_cell(
+    cell: GridCell,
+    rules: Rules,
+    reporter=None,
+    on_built=None,
+    on_epoch=None,
+    peaks: Peaks | None = None,
+    exiting: bool = False,
+) -> CellOutcome:
     """Train a resolved cell and classify how it ended: ok, diverged, untrained, oom, failed (or crashed on
-    Ctrl-C)."""
-    trainer = Trainer(cell, rules, reporter, on_built, on_epoch)
+    Ctrl-C). peaks: the device peaks the grid has measured, reused and added to (flops.known_peak);
+    exiting: the process ends with the cell, so nothing is released for a next one."""
+    trainer = Trainer(cell, rules, reporter, on_built, on_epoch, peaks)
     interrupted = False
     try:
         trainer.train()
@@ -231,7 +246,7 @@ def train_cell(cell: GridCell, rules: Rules, reporter=None, on_built=None, on_ep
     except KeyboardInterrupt:
         status, error, interrupted = "crashed", "interrupted by the user", True
     except KBError:  # the KB cannot take the cell's epochs (a full disk): the grid stops, no cell failure
-        trainer.release()
+        trainer.release(exiting)
         raise
     except Diverged as e:
         status, error = "diverged", str(e)
@@ -246,7 +261,7 @@ def train_cell(cell: GridCell, rules: Rules, reporter=None, on_built=None, on_ep
             status, error = "failed", f"{type(e).__name__}: {_first_line(e)}"
             traceback.print_exc()
     outcome = CellOutcome(status, error, trainer.metrics(), list(trainer.epochs), interrupted)
-    trainer.release()
+    trainer.release(exiting)
     return outcome
 
 

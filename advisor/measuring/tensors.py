@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+TOTAL = "Total"  # MemTracker's key of a snapshot's sum over categories
 CATEGORIES = {  # MemTracker's categories -> the measures stored (GB, at the step's peak)
     "Parameter": "tensor_parameters_gb",
     "Gradient": "tensor_gradients_gb",
@@ -23,9 +24,7 @@ def measured_step(model, optimizer, step: Callable[[Callable[[], None]], object]
     """Run `step` (one training step, given a function to call before each micro-batch's forward) under
     MemTracker: the peak of live tensor bytes and its breakdown, and the activations live at the end of
     each forward (their most), in GB."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
+    tracker = _step_peak_tracker()
     tracker.track_external(model, optimizer)
     held = [0]
 
@@ -40,8 +39,26 @@ def measured_step(model, optimizer, step: Callable[[Callable[[], None]], object]
     finally:
         hook.remove()
     peak = tracker.get_tracker_snapshot("peak")
-    out = {"tensor_peak_gb": sum(d.get("Total", 0) for d in peak.values()) / 1e9}
+    out = {"tensor_peak_gb": sum(d.get(TOTAL, 0) for d in peak.values()) / 1e9}
     for category, name in CATEGORIES.items():
         out[name] = sum(d.get(category, 0) for d in peak.values()) / 1e9
     out["forward_activations_gb"] = held[0] / 1e9
     return out
+
+
+def _step_peak_tracker():
+    """A MemTracker that keeps only the step's peak, over the whole model (what a run stores). MemTracker
+    also keeps each module's own peak, which costs every operator a pass over all modules and a deep copy:
+    10x to 100x a tiny model's step, most of a tiny grid cell's time (issue 25). Its other bookkeeping, the
+    categories and the snapshot it returns, are MemTracker's own (tests/measure/test_tensors.py: the same
+    figures as the stock tracker's)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class StepPeakTracker(MemTracker):
+        def _update_peak_stats(self, peak_state) -> None:  # noqa: ARG002 (which pass: per module only)
+            for dev, snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < snap[TOTAL]:
+                    self._peak_mem[dev] = snap[TOTAL]
+                    self._peak_mem_snap[dev] = dict(snap)  # category -> bytes: a flat copy is a whole one
+
+    return StepPeakTracker()

@@ -24,7 +24,7 @@ from advisor.measuring.dataset import open_view
 from advisor.measuring.families import family
 from advisor.measuring.families.base import DEFAULT_SHAPE, Sizes
 from advisor.measuring.figures import EpochWork, epoch_row, peak_only, run_metrics
-from advisor.measuring.flops import device_peak, forward_flops_per_position, positions
+from advisor.measuring.flops import Peaks, forward_flops_per_position, known_peak, positions
 from advisor.measuring.heldout import HeldOut
 from advisor.measuring.models import build_model
 from advisor.measuring.monitor import Monitor, process_rss_gb
@@ -67,8 +67,10 @@ class Trainer:
         reporter: Reporter | None = None,
         on_built: Callable[[dict], None] | None = None,
         on_epoch: Callable[[dict], None] | None = None,
+        peaks: Peaks | None = None,
     ):
         self.cfg, self.resolved = cell.config, cell.model
+        self.peaks = {} if peaks is None else peaks  # the device peaks the grid measured: reused, added to
         self.reporter, self.rules = reporter or Reporter(), rules
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
@@ -184,7 +186,7 @@ class Trainer:
         self.flops_per_position = forward_flops_per_position(
             self.model, self.family, first, self.device, cfg.dtype
         )
-        self.peak = device_peak(self.device, cfg.dtype, self.rules)
+        self.peak = known_peak(self.peaks, self.device, cfg.dtype, self.rules)
         self.reporter.cell_start(cfg, self.steps_per_epoch * cfg.epochs)
         cap = None if self.device.type == "cuda" else cfg.memory_cap_gb
         with Monitor(memory_cap_gb=cap) as self.monitor:
@@ -346,8 +348,11 @@ class Trainer:
         out.append(("contended", float(contended(self.epochs, self.rules, searches)), "1: timing disturbed"))
         return out
 
-    def release(self) -> None:
-        """Drop the model, optimizer and samples so nothing of this cell is held into the next."""
+    def release(self, exiting: bool = False) -> None:
+        """Drop the model, optimizer and samples so nothing of this cell is held into the next. A process
+        that ends with the cell (a forked cell) skips it: collecting a heap about to go costs ~0.3 s a cell."""
+        if exiting:
+            return
         self.model = self.optimizer = self.built = self.heldout = self.view = None
         if self.monitor is not None:
             self.monitor.forget()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+from importlib.metadata import version
 
 import altair as alt
 import vl_convert
@@ -23,7 +24,8 @@ from advisor.answers.flowchart import BestPath
 from advisor.answers.frontier import Frontier, LeftOut
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.recommendation import equivalence_margin
-from advisor.render.files import replace_file  # noqa: F401 (the pages' one write path, kept here by name)
+from advisor.files import cached_text, replace_file  # noqa: F401 (replace_file: the pages' one write path)
+from advisor.places import user_dir
 from advisor.render.numbers import fmt
 from advisor.render.plot import point_labels
 from advisor.rules import Metric, Rules
@@ -153,14 +155,14 @@ def frontier_chart(
     tooltip = [alt.Tooltip(f"{k}:N", title=t) for k, t in names.items()]
     layers = [
         base.mark_rule(clip=True, strokeWidth=1.5, opacity=0.55).encode(
-            x="x_lo:Q", x2="x_hi:Q", y=y, color=colour
+            x=alt.X("x_lo:Q"), x2=alt.X2("x_hi:Q"), y=y, color=colour
         ),
         base.mark_rule(clip=True, strokeWidth=1.5, opacity=0.55).encode(
-            x=x, y="y_lo:Q", y2="y_hi:Q", color=colour
+            x=x, y=alt.Y("y_lo:Q"), y2=alt.Y2("y_hi:Q"), color=colour
         ),
         base.transform_filter(f"datum.status === '{FRONTIER}'")
         .mark_line(interpolate="step-after" if xm.direction == "min" else "step-before", strokeWidth=2)
-        .encode(x=x, y=y, color=alt.value(STYLE[FRONTIER][0]), order="x:Q"),
+        .encode(x=x, y=y, color=alt.ColorValue(STYLE[FRONTIER][0]), order=alt.Order("x:Q")),
         *_label_layers(base, rows, x, y),
         *_key_layer(base, rows, x, y, columns, size[0]),
         base.mark_point(filled=True, size=110, opacity=0.95, clip=True).encode(  # last: no label hides one
@@ -168,7 +170,7 @@ def frontier_chart(
         ),
     ]
     title = f"{front.family}: {front.y} against {front.x}"
-    return _framed(alt.layer(*layers), size, title, _subtitle(front, rules))
+    return _framed(layers, size, title, _subtitle(front, rules))
 
 
 def _position(channel, field: str, metric: Metric, domain: list[float]):
@@ -273,35 +275,41 @@ def _label_layers(base, rows: list[dict], x, y) -> list:
     return [
         base.transform_filter(f"datum.label === '{where}'")
         .mark_text(align=side, dx=LABEL_DX[side], dy=LABEL_DY[level], fontSize=12, **ink)
-        .encode(x=x, y=y, text="text:N")
+        .encode(x=x, y=y, text=alt.Text("text:N"))
         for ink in ({"stroke": "white", "strokeWidth": 4, "strokeOpacity": 0.85}, {"color": "#1e293b"})
         for where in placements
         for side, level in [where.split()]
     ]
 
 
-def _framed(chart, size: tuple[int, int], title: str, subtitle: list[str]):
-    """The picture's size (all of it: autosize fit), title, fonts and legend placement."""
-    return (
-        chart.properties(
-            width=size[0],
-            height=size[1],
-            autosize=alt.AutoSizeParams(type="fit", contains="padding"),
-            title=alt.TitleParams(
-                title,
-                subtitle=subtitle,
-                anchor="start",
-                fontSize=16,
-                subtitleColor="#475569",
-                limit=size[0] - 24,
-            ),  # a line too long for the picture ends in an ellipsis, never outside it
-            background="white",
-            padding=12,
-        )
-        .configure(font=FONT)
-        .configure_axis(labelFontSize=12, titleFontSize=13, titleFontWeight="normal", gridColor="#eef0f3")
-        .configure_legend(orient="bottom", labelFontSize=12, symbolSize=110, direction="horizontal")
-        .configure_view(stroke="#cbd5e1")
+def _framed(layers: list, size: tuple[int, int], title: str, subtitle: list[str]) -> alt.LayerChart:
+    """The layers as one picture: its size (all of it: autosize fit), title, fonts and legend placement. Made
+    in one step: each of Altair's .properties() and .configure_*() copies every layer again."""
+    return alt.LayerChart(
+        layer=layers,
+        width=size[0],
+        height=size[1],
+        autosize=alt.AutoSizeParams(type="fit", contains="padding"),
+        title=alt.TitleParams(
+            title,
+            subtitle=subtitle,
+            anchor="start",
+            fontSize=16,
+            subtitleColor="#475569",
+            limit=size[0] - 24,
+        ),  # a line too long for the picture ends in an ellipsis, never outside it
+        background="white",
+        padding=12,
+        config=alt.Config(
+            font=FONT,
+            axis=alt.AxisConfig(
+                labelFontSize=12, titleFontSize=13, titleFontWeight="normal", gridColor="#eef0f3"
+            ),
+            legend=alt.LegendConfig(
+                orient="bottom", labelFontSize=12, symbolSize=110, direction="horizontal"
+            ),
+            view=alt.ViewConfig(stroke="#cbd5e1"),
+        ),
     )
 
 
@@ -508,10 +516,10 @@ def flowchart_chart(
     cells = base.mark_rect(stroke="white", strokeWidth=3).encode(color=colour, tooltip=tooltip)
     text = base.mark_text(
         lineBreak="\n", baseline="middle", lineHeight=16, dy=-16, fontSize=13, color="#0f172a"
-    ).encode(text="text:N", tooltip=tooltip)
+    ).encode(text=alt.Text("text:N"), tooltip=tooltip)
     size = (cell[0] * len(metrics) + 120, cell[1] * len(families) + 110)
     subtitle = _counts_lines(summary)
-    return _framed(alt.layer(cells, text), size, "Recommendation flowchart: family → metric → pick", subtitle)
+    return _framed([cells, text], size, "Recommendation flowchart: family → metric → pick", subtitle)
 
 
 def _path_row(p: BestPath, rules: Rules) -> dict:
@@ -628,8 +636,20 @@ def png_bytes(chart, scale: int = PNG_SCALE) -> bytes:
 
 @functools.cache
 def javascript_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one classic script (window.vegaEmbed): written once per site."""
-    return vl_convert.javascript_bundle(vl_version=VL_VERSION)
+    """Vega, Vega-Lite and vega-embed as one classic script (window.vegaEmbed): written once per site. Bundling
+    takes vl-convert a second, so it is kept in the user's data folder (cache/), named by all its bytes depend
+    on (vl-convert's version and VL_VERSION) and by their sha256: checked when read, rebuilt when it fails,
+    built in memory where the folder cannot be written (cached_text). Once per process either way."""
+    stem = f"vega-bundle-{version('vl-convert-python')}-{VL_VERSION}"
+    build = functools.partial(vl_convert.javascript_bundle, vl_version=VL_VERSION)
+    return cached_text(user_dir() / "cache", stem, build)
+
+
+def unchecked():
+    """A context in which Altair does not check each object as it is made (its debug mode: 0.07 s of a
+    report's eleven charts): they are made by the code above and pinned by tests (a PNG's spec is still
+    checked whole, in png_bytes)."""
+    return alt.utils.schemapi.debug_mode(False)
 
 
 def spec(chart) -> dict:

@@ -1,18 +1,24 @@
 """Pictures: `frontier --html/--png` and `flowchart --html` write files a browser or a paper can use; bad
 paths and empty KBs end in a sentence; answering never loads the plotting library."""
 
+import hashlib
 import html
 import io
 import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import vl_convert
 from PIL import Image
 
 from advisor.kb.store import open_for_writing
+from advisor.places import user_dir
 from advisor.render import charts
 
 PLOTTING = ("altair", "vl_convert", "jinja2", "narwhals", "jsonschema")
@@ -219,3 +225,118 @@ def test_the_least_span_is_twice_the_equivalence_margin(rules):
     assert charts.least_span(time, rules, 66.3) == pytest.approx(2 * 0.05 * 66.3)
     assert charts.least_span(loss, rules, 2.0) == pytest.approx(2 * 0.01 * 2.0)
     assert charts.least_span(loss, rules, 0.0) == 0
+
+
+@pytest.fixture(scope="module")
+def fresh_bundle() -> str:
+    """vl-convert's bundle as it makes it, once for the module (a second to make)."""
+    return vl_convert.javascript_bundle(vl_version=charts.VL_VERSION)
+
+
+@pytest.fixture
+def bundling(monkeypatch, fresh_bundle) -> list[str]:
+    """vl-convert's bundling, counted: each call appends its vl_version (it returns the real bundle, made
+    once above); the process's copy in memory cleared, so javascript_bundle starts as a new process does."""
+    calls = []
+
+    def bundle(vl_version):
+        calls.append(vl_version)
+        return fresh_bundle if vl_version == charts.VL_VERSION else vl_convert.javascript_bundle(vl_version)
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", bundle)
+    charts.javascript_bundle.cache_clear()
+    yield calls
+    charts.javascript_bundle.cache_clear()
+
+
+def kept_name(bundle: str) -> str:
+    """The name the bundle is kept under: what its bytes depend on, and their sha256."""
+    digest = hashlib.sha256(bundle.encode("utf-8")).hexdigest()
+    return f"vega-bundle-{version('vl-convert-python')}-{charts.VL_VERSION}-{digest}.js"
+
+
+def test_the_bundle_is_made_once_then_read_from_the_data_folder(bundling, fresh_bundle):
+    """The first process bundles and keeps the script in the user's data folder; the next reads it back and
+    bundles nothing."""
+    assert charts.javascript_bundle() == fresh_bundle and bundling == [charts.VL_VERSION]
+    cache = user_dir() / "cache"
+    assert [p.name for p in cache.iterdir()] == [kept_name(fresh_bundle)]
+    charts.javascript_bundle.cache_clear()  # a new process
+    assert charts.javascript_bundle() == fresh_bundle and len(bundling) == 1
+    assert (cache / kept_name(fresh_bundle)).read_text() == fresh_bundle
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda b: b[: len(b) // 2],  # truncated: a disk that filled, a copy cut short
+        lambda b: b.replace(b"vegaEmbed", b"vegaEmbeD", 1),  # edited, the same length
+        lambda b: b"",
+        lambda b: b[:100] + b"\xff\xfe" + b[102:],  # not UTF-8
+    ],
+    ids=["truncated", "edited", "empty", "not-utf8"],
+)
+def test_a_spoiled_kept_bundle_is_made_again_never_served(invoke, tmp_path, bundling, fresh_bundle, spoil):
+    """A kept file whose bytes are not those its name's digest states is bundled again and replaced: the page
+    gets vl-convert's script, not the file's."""
+    cache = user_dir() / "cache"
+    cache.mkdir(parents=True)
+    kept, data = cache / kept_name(fresh_bundle), fresh_bundle.encode("utf-8")
+    kept.write_bytes(spoil(data))
+    assert invoke("frontier", "--arch", "decoder", "--html", tmp_path / "f.html").exit_code == 0
+    assert len(bundling) == 1 and kept.read_bytes() == data  # made again, and kept in its place
+    assert charts.inline_script(fresh_bundle + charts.DRAW) in (tmp_path / "f.html").read_text()
+
+
+def test_a_bundle_kept_for_another_version_is_not_read(bundling, fresh_bundle):
+    """A script kept under another vl-convert's name, however sound, is not this version's: bundled anew."""
+    cache = user_dir() / "cache"
+    cache.mkdir(parents=True)
+    other = "alert(1)"
+    digest = hashlib.sha256(other.encode()).hexdigest()
+    (cache / f"vega-bundle-0.0.1-{charts.VL_VERSION}-{digest}.js").write_text(other)
+    assert charts.javascript_bundle() == fresh_bundle and len(bundling) == 1
+
+
+def _a_folder(kept: Path, bundle: str) -> Callable[[], bool]:
+    """A folder where the file goes: it stays, the report goes on without keeping the script."""
+    kept.mkdir()
+    return kept.is_dir
+
+
+def _a_pipe(kept: Path, bundle: str) -> Callable[[], bool]:
+    """A pipe: opening it to read would wait for a writer; it is replaced by the script."""
+    os.mkfifo(kept)
+    return lambda: kept.is_file() and kept.read_text() == bundle
+
+
+def _a_link_to_a_sound_copy(kept: Path, bundle: str) -> Callable[[], bool]:
+    """A link to a file outside the cache holding the very bytes: never followed, replaced by the script, the
+    file it named untouched."""
+    outside = kept.parent.parent / "elsewhere.js"
+    outside.write_text("x" + bundle)
+    outside.with_name(kept.name).write_text(bundle)  # what the link names: sound, and still not read
+    kept.symlink_to(outside.with_name(kept.name))
+    return lambda: (
+        not kept.is_symlink() and kept.read_text() == bundle and outside.read_text() == "x" + bundle
+    )
+
+
+def _a_file_for_the_folder(kept: Path, bundle: str) -> Callable[[], bool]:
+    """cache/ is a file: nothing can be kept in it, and it stays as it was."""
+    kept.parent.rmdir()
+    kept.parent.write_text("not a folder")
+    return lambda: kept.parent.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("plant", [_a_folder, _a_pipe, _a_link_to_a_sound_copy, _a_file_for_the_folder])
+def test_whatever_stands_in_the_cache_the_report_is_written(invoke, tmp_path, bundling, fresh_bundle, plant):
+    """Bad input in the data folder is never served, followed or waited on, and never fails the report: the
+    script is bundled again and the page's vega.js is vl-convert's."""
+    kept = user_dir() / "cache" / kept_name(fresh_bundle)
+    kept.parent.mkdir(parents=True)
+    as_it_should_be = plant(kept, fresh_bundle)
+    result = invoke("report", "--out", tmp_path / "site")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "site" / "vega.js").read_text() == fresh_bundle + charts.DRAW
+    assert len(bundling) == 1 and as_it_should_be()

@@ -1,5 +1,6 @@
 """frontier, flowchart, help and README coverage of every command, and the answer side's import cost."""
 
+import io
 import json
 import re
 import subprocess
@@ -144,3 +145,46 @@ def test_a_command_loads_only_its_own_module():
         out.strip().splitlines()[-1]
         == "['advisor.cli.answering', 'advisor.cli.params', 'advisor.cli.reporting']"
     )
+
+
+# Modules the short answer does without: the rules a KB's rows are checked against (a user KB's check is
+# remembered), a writer's (the store, leases and their sockets), other commands' answers (claims, transfer).
+NOT_ANSWERING = ("advisor.kb.admission", "advisor.kb.store", "advisor.kb.lease", "socket")
+NOT_ANSWERING += ("advisor.answers.claims", "advisor.answers.transfer", "advisor.files")
+
+
+@pytest.mark.parametrize(
+    "extra, unused",
+    [((), NOT_ANSWERING), (("--json",), (*NOT_ANSWERING, "rich", "advisor.render.views"))],
+)
+def test_the_short_answer_loads_only_what_it_uses(monkeypatch, extra, unused):
+    """--json prints no table: neither the views nor rich are loaded."""
+    monkeypatch.delenv("ADVISOR_DB")  # the shipped KB, and no user KB in the test's data folder
+    argv = ["advisor", "recommend", "--arch", "encoder", "--optimize", "memory", *extra]
+    code = (
+        f"import sys; sys.argv = {argv!r}\n"
+        "from advisor.cli import cli\n"
+        "try:\n cli()\nexcept SystemExit as e:\n assert e.code in (0, None), e.code\n"
+        f"print('LOADED', sorted(set(sys.modules) & {set(unused)!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out, out[-300:]
+
+
+def test_the_short_answer_ranks_no_other_group_it_would_not_show(rules):
+    """Other groups' picks (`disagreements`) are shown by --verbose and --json alone: the short answer,
+    which skips ranking them, reads the same."""
+    from rich.console import Console
+
+    from advisor import api
+    from advisor.render.views import answer_view
+
+    def shown(answer) -> str:
+        out = Console(file=io.StringIO(), width=100, color_system=None)
+        out.print(answer_view(answer, rules, verbose=False))
+        return out.file.getvalue()
+
+    compared = api.recommend("decoder", "loss")
+    assert compared.disagreements  # the case: other evidence picks differently
+    skipped = api.recommend("decoder", "loss", compare_groups=False)
+    assert skipped.disagreements == [] and shown(skipped) == shown(compared)

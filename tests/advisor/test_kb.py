@@ -2,6 +2,8 @@
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,9 @@ import pytest
 from advisor.kb.build import build_kb, import_file
 from advisor.kb.ingest import ImportRowsError
 from advisor.kb.schema import KNOWN_MIGRATIONS, schema_sql
-from advisor.kb.store import open_for_writing
+from advisor.kb.store import open_for_writing, release
 
-from ..conftest import RULES
+from ..conftest import RULES, kb_before
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_KB = REPO / "kb" / "results.sqlite"
@@ -188,3 +190,42 @@ def test_validations_travel_with_an_export(tmp_path, invoke):
     assert invoke("kb", "import", export, "--db", target).exit_code == 0  # twice: no duplicate
     rows = sqlite3.connect(target).execute("SELECT hardware, name, value FROM validations").fetchall()
     assert rows == [("NVIDIA H200", "fit_tensor_peak_vs_cuda_allocated", -0.002)]
+
+
+def fresh_advisor(*argv) -> str:
+    """advisor run with argv in a fresh interpreter: its output, then the sqlite_utils modules it loaded."""
+    code = (
+        f"import sys; sys.argv = ['advisor', *{[str(a) for a in argv]!r}]\n"
+        "from advisor.cli import cli\n"
+        "try:\n cli()\nexcept SystemExit as e:\n assert e.code in (0, None), e.code\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] == 'sqlite_utils'))"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("command", ["import", "merge"])
+def test_a_write_into_a_current_kb_imports_no_sqlite_utils(tmp_path, invoke, command):
+    """A write with nothing to migrate reads the recorded migrations with the standard library alone."""
+    target = tmp_path / "current.sqlite"
+    release(open_for_writing(target))
+    source = tmp_path / "runs.json"
+    if command == "import":
+        assert invoke("kb", "export", "-o", source).exit_code == 0
+    else:
+        source = SHIPPED_KB
+    out = fresh_advisor("kb", command, source, "--db", target)
+    total = sqlite3.connect(SHIPPED_KB).execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert f"{total} runs" in out and "LOADED []" in out, out[-300:]
+
+
+def test_a_write_into_an_older_kb_migrates_it(tmp_path):
+    """A KB an older advisor wrote (its first seven migrations, through sqlite-utils) is brought to the
+    current schema by the next write, which then writes into it."""
+    old = tmp_path / "old.sqlite"
+    kb_before(old, 7).conn.close()
+    out = fresh_advisor("kb", "merge", SHIPPED_KB, "--db", old)
+    conn = sqlite3.connect(old)
+    applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY id")]
+    runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert applied == KNOWN_MIGRATIONS and "LOADED []" in out
+    assert runs == sqlite3.connect(SHIPPED_KB).execute("SELECT count(*) FROM runs").fetchone()[0]

@@ -1,9 +1,10 @@
 """`advisor kb merge`: KBs united by run identity, idempotently, provenance kept, conflicts reported."""
 
 import json
+import shutil
 import sqlite3
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.store import open_for_writing, run_digest, run_digests, write_runs
 
 
 def run(uid, hardware, status="ok", loss=1.0):
@@ -96,3 +97,46 @@ def test_a_cell_and_seed_measured_twice_on_one_hardware_is_merged_once(invoke, t
     again = invoke("kb", "merge", b, "--db", target)
     assert "1 already there" in again.output and "1 repeats" in again.output
     assert len(dump(target)[0]) == 3
+
+
+def test_runs_held_exactly_are_skipped_before_they_are_checked(invoke, tmp_path):
+    """A source's run that the target holds exactly as it is (every column, figure and epoch) is already
+    there: the merge neither checks nor stages it, so what the rules now refuse in the target's own rows
+    refuses nothing. A held run that differs in any field is checked as ever: a field that breaks the
+    rules refuses the merge, the target as it was."""
+    target = kb_with(tmp_path / "t.sqlite", [run("a1", "CPU: laptop"), run("a2", "CPU: laptop")])
+    with sqlite3.connect(target) as conn:  # a row the rules refuse, in the target (edited by hand)
+        conn.execute("UPDATE runs SET optimizer = 'lion' WHERE uid = 'a1'")
+    conn.close()
+    source = tmp_path / "copy.sqlite"
+    shutil.copy(target, source)
+    kb_with(source, [run("a3", "CPU: laptop")])
+    again = invoke("kb", "merge", source, "--db", target)
+    assert again.exit_code == 0 and "1 runs added, 2 already there, 0 conflicts" in again.output
+    with sqlite3.connect(source) as conn:  # the same status and figures, another field
+        conn.execute("UPDATE runs SET optimizer = 'lion' WHERE uid = 'a2'")
+    conn.close()
+    before = dump(target)
+    refused = invoke("kb", "merge", source, "--db", target)
+    assert refused.exit_code == 1 and "lion" in refused.output and dump(target) == before
+
+
+def test_figures_alike_to_nine_places_are_already_there(invoke, tmp_path):
+    """The digest rounds figures to nine places: a copy that differs further out is the same run, not a
+    conflict (the exact comparison that skips most held runs leaves it to the digest)."""
+    target = kb_with(tmp_path / "mine.sqlite", [run("x1", "CPU: laptop", loss=1.0)])
+    other = kb_with(tmp_path / "other.sqlite", [run("x1", "CPU: laptop", loss=1.0 + 1e-12)])
+    result = invoke("kb", "merge", other, "--db", target)
+    assert result.exit_code == 0 and "0 runs added, 1 already there, 0 conflicts" in result.output
+
+
+def test_known_runs_are_found_in_one_query(tmp_path):
+    """The runs a KB holds among a batch's uids, with their digests: one query, whatever the batch's size."""
+    runs = [run(f"k{i}", "CPU: laptop", loss=1 + i / 10) for i in range(10)]
+    conn = open_for_writing(kb_with(tmp_path / "k.sqlite", runs))
+    statements = []
+    conn.set_trace_callback(statements.append)
+    digests = dict(run_digests(conn, [r["uid"] for r in runs] + ["not-there"]))
+    conn.close()
+    assert len(statements) == 1
+    assert digests == {r["uid"]: run_digest(r) for r in runs}

@@ -3,8 +3,12 @@
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -169,6 +173,40 @@ def test_phase_words_and_shown_paths(tmp_path):
     assert (
         without_paths(text) == '<td>3.1 s/epoch</td> <a href="http://x.org/a">, "model": "llama", (x.jsonl)'
     )
+
+
+def _unprivileged() -> list[str]:
+    """A way to run as a user who cannot write a read-only folder: `nobody` via setpriv when root (root
+    writes anywhere), else as is."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no unprivileged user to test a read-only folder")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_a_read_only_data_folder_still_yields_a_report(site):
+    """A data folder (and home) the user cannot write: the chart script is bundled in memory, the report
+    written whole, and nothing is left in the folder."""
+    base = Path(tempfile.mkdtemp(prefix="advisor-ro-"))
+    data, out = base / "data", base / "site"
+    try:
+        base.chmod(0o755)
+        data.mkdir()
+        data.chmod(0o555)
+        out.mkdir()
+        out.chmod(0o777)
+        env = {k: v for k, v in os.environ.items() if k != "ADVISOR_DB"}
+        env |= {"XDG_DATA_HOME": str(data), "HOME": str(data)}
+        cmd = [*_unprivileged(), sys.executable, "-m", "advisor", "report", "--out", out, "--db", SHIPPED_KB]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base)
+        assert done.returncode == 0, done.stderr
+        assert (out / "vega.js").read_bytes() == (site / "vega.js").read_bytes()
+        assert "Wrote" in done.stdout and (out / "index.html").stat().st_size > 100_000
+        assert list(data.iterdir()) == []
+    finally:
+        data.chmod(0o755)
+        shutil.rmtree(base)
 
 
 def _claims_json() -> str:

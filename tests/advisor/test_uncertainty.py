@@ -80,7 +80,9 @@ def test_configurations_a_paired_test_cannot_separate_are_tied(invoke, seeded_kb
     assert adam["p_holm"] == pytest.approx(ref.pvalue) and adam["p"] > 0.05
     assert adam["versus"] == "sgd + standard" and adam["effect_name"] == "Cohen's d_z"
     assert adam["difference"] == pytest.approx((0.06 + 0.07 - 0.08) / 3)
-    text = flat(invoke("recommend", "--arch", "vit", "--source", "measured", "--db", seeded_kb, "--verbose").output)
+    text = flat(
+        invoke("recommend", "--arch", "vit", "--source", "measured", "--db", seeded_kb, "--verbose").output
+    )
     assert "not significantly different at α = 0.05, Holm-adjusted" in text and "3 seeds, 95% CI" in text
     assert "vs adam + standard: paired t over 3 seeds" in text and "≈ undecided (" in text
     assert adam["reading"] == "undecided" and adam["seeds_needed"] > 3  # a 1.6 % difference, ±1 % margin

@@ -2,10 +2,15 @@
 and answers prefer the user's own measurements where they match the question, and say so."""
 
 import json
+import os
+import sqlite3
+import time
 
 import pytest
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb import checks as remembered
+from advisor.kb import reader
+from advisor.kb.store import open_for_writing, release, write_runs
 
 from ..conftest import SHIPPED_KB
 
@@ -250,3 +255,175 @@ def test_a_smoke_run_of_another_source_needs_asking_for(invoke, no_db):
     assert not any(
         d["evidence"]["yours"] for d in default["disagreements"]
     )  # passed over: not a disagreement
+
+
+# --- the user's KB checked once per version of its file (advisor.kb.remembered.file_version) ----------------
+
+STILL_S = 0.05  # how long a file must be still before its pass is remembered, in these tests (2 s in use)
+
+
+@pytest.fixture
+def checks(monkeypatch, no_db):
+    """The user's KB, written (and released, as advisor's writers leave it) and still; the count of full
+    checks (quick_check and every row) run on it."""
+    monkeypatch.setattr(remembered, "STILL_NS", int(STILL_S * 1e9))
+    no_db.parent.mkdir(parents=True)
+    db = open_for_writing(no_db)
+    write_runs(db, [user_run(s, o, 1.0 + s / 10) for s in range(3) for o in ("adam", "sgd")])
+    release(db)
+    time.sleep(STILL_S * 2)
+    counted = []
+    real = reader._check_pages_and_rows
+    monkeypatch.setattr(reader, "_check_pages_and_rows", lambda *a: counted.append(a[1]) or real(*a))
+    return counted
+
+
+def answers(invoke) -> bool:
+    result = invoke("recommend", "--arch", "vit", "--json", catch_exceptions=True)
+    assert "Traceback" not in result.output
+    return result.exit_code == 0
+
+
+def test_a_passed_check_is_remembered_for_that_version_of_the_file(invoke, no_db, checks):
+    assert answers(invoke) and answers(invoke) and answers(invoke)
+    assert checks == [no_db]  # checked once; the two later reads found it remembered
+    kept = json.loads(remembered.checks_path().read_text())["passed"]
+    info = no_db.stat()
+    assert kept == [
+        {
+            "path": str(no_db.resolve()),
+            "file": [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns],
+            "wal": None,
+            "checker": remembered.checker(),
+        }
+    ]
+
+
+def test_a_touched_file_is_checked_again_and_an_edited_one_refused(invoke, no_db, checks):
+    assert answers(invoke)
+    size = no_db.stat().st_size
+    os.utime(no_db, ns=(no_db.stat().st_atime_ns, no_db.stat().st_mtime_ns - 10**10))  # same bytes
+    time.sleep(STILL_S * 2)
+    assert answers(invoke) and answers(invoke) and len(checks) == 2  # once more, then remembered again
+    conn = sqlite3.connect(no_db)
+    conn.execute("UPDATE runs SET seed = -5 WHERE id = 1")  # a row that breaks the rules, same size
+    conn.commit()
+    conn.close()
+    time.sleep(STILL_S * 2)
+    assert no_db.stat().st_size == size
+    result = invoke("recommend", "--arch", "vit")
+    assert result.exit_code == 1 and "seed = -5" in result.output and len(checks) == 3
+    assert not answers(invoke) and len(checks) == 4  # a refusal is never remembered
+    assert len(json.loads(remembered.checks_path().read_text())["passed"]) == 1  # the earlier version's pass
+
+
+def test_writes_waiting_in_the_wal_are_a_new_version(invoke, no_db, checks):
+    """A KB a writer holds open in WAL mode: what it committed is in the -wal file, the KB file unchanged."""
+    writer = sqlite3.connect(no_db, isolation_level=None)
+    assert writer.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("SELECT count(*) FROM runs")  # the -wal file made
+    time.sleep(STILL_S * 2)
+    assert answers(invoke) and answers(invoke) and len(checks) == 1
+    before = no_db.stat()
+    writer.execute("UPDATE runs SET seed = -5 WHERE id = 1")
+    time.sleep(STILL_S * 2)
+    assert (no_db.stat().st_mtime_ns, no_db.stat().st_size) == (before.st_mtime_ns, before.st_size)
+    result = invoke("recommend", "--arch", "vit")
+    assert result.exit_code == 1 and "seed = -5" in result.output and len(checks) == 2
+    writer.close()
+
+
+def test_a_file_written_just_now_is_checked_on_every_read(invoke, no_db, checks, monkeypatch):
+    """A write within the same tick of the file system's clock may keep a file's size and times: a file
+    not still for STILL_NS is checked each time, and nothing is remembered of it."""
+    monkeypatch.setattr(remembered, "STILL_NS", 3600 * 10**9)
+    assert answers(invoke) and answers(invoke)
+    assert len(checks) == 2 and not remembered.checks_path().exists()
+
+
+def forged_pass(path) -> bytes:
+    """A checks file that claims this very version of `path` passed (what an attacker able to write the
+    cache could write)."""
+    return json.dumps({"format": 1, "passed": [remembered.file_version(path)]}).encode()
+
+
+HOSTILE_CHECKS = {
+    "not JSON": lambda kb: b"\x00\xff{not json",
+    "nested too deep": lambda kb: b"[" * 100_000 + b"]" * 100_000,
+    "another shape": lambda kb: json.dumps({"format": 1, "passed": {"x": 1}}).encode(),
+    "entries of another kind": lambda kb: json.dumps({"format": 1, "passed": [1, "x", None, []]}).encode(),
+    "another format": lambda kb: json.dumps({"format": 2, "passed": [remembered.file_version(kb)]}).encode(),
+    "too large": lambda kb: forged_pass(kb) + b" " * (remembered.MOST_CHECKS_BYTES + 1),
+    "a pass of another file": lambda kb: json.dumps(
+        {"format": 1, "passed": [remembered.file_version(kb) | {"path": str(kb) + ".other"}]}
+    ).encode(),
+    "a pass under another check": lambda kb: json.dumps(
+        {"format": 1, "passed": [remembered.file_version(kb) | {"checker": "0" * 64}]}
+    ).encode(),
+    "a pass with its numbers as text": lambda kb: json.dumps(
+        {"format": 1, "passed": [(v := remembered.file_version(kb)) | {"file": [str(x) for x in v["file"]]}]}
+    ).encode(),
+}
+
+
+@pytest.mark.parametrize("case", [*HOSTILE_CHECKS, "a link to a forged pass", "a pipe"])
+def test_a_hostile_checks_file_never_lets_a_bad_kb_through(invoke, no_db, checks, case, tmp_path):
+    conn = sqlite3.connect(no_db)
+    conn.execute("UPDATE runs SET seed = -5 WHERE id = 1")
+    conn.commit()
+    conn.close()
+    time.sleep(STILL_S * 2)
+    cache = remembered.checks_path()
+    cache.parent.mkdir(parents=True)
+    if case == "a link to a forged pass":
+        (tmp_path / "forged.json").write_bytes(forged_pass(no_db))
+        cache.symlink_to(tmp_path / "forged.json")
+    elif case == "a pipe":
+        os.mkfifo(cache)  # opened, it would wait for a writer forever
+    else:
+        cache.write_bytes(HOSTILE_CHECKS[case](no_db))
+    result = invoke("recommend", "--arch", "vit", catch_exceptions=True)
+    assert result.exit_code == 1 and "seed = -5" in result.output and "Traceback" not in result.output
+    assert checks == [no_db]
+
+
+def test_a_hostile_checks_file_is_replaced_by_a_good_kbs_pass(invoke, no_db, checks):
+    remembered.checks_path().parent.mkdir(parents=True)
+    remembered.checks_path().write_bytes(b"\x00\xff{not json")
+    assert answers(invoke) and answers(invoke) and len(checks) == 1
+    assert json.loads(remembered.checks_path().read_text())["passed"][0]["path"] == str(no_db.resolve())
+
+
+def test_a_forged_pass_still_meets_the_schema_check(invoke, no_db, checks):
+    """The checks kept on every read, remembered or not: a file that is not a KB at our schema is refused
+    even where the checks file says its very version passed."""
+    conn = sqlite3.connect(no_db)
+    conn.execute("ALTER TABLE runs ADD COLUMN payload TEXT")
+    conn.commit()
+    conn.close()
+    time.sleep(STILL_S * 2)
+    remembered.checks_path().parent.mkdir(parents=True)
+    remembered.checks_path().write_bytes(forged_pass(no_db))
+    result = invoke("recommend", "--arch", "vit", catch_exceptions=True)
+    assert result.exit_code == 1 and "not an advisor KB at this schema" in result.output
+
+
+@pytest.mark.parametrize("blocked", ["cache is a file", "checks file is a folder"])
+def test_a_data_folder_that_cannot_be_written_remembers_nothing(invoke, no_db, checks, blocked):
+    cache = remembered.checks_path()
+    if blocked == "cache is a file":
+        cache.parent.write_text("not a folder")
+    else:
+        cache.mkdir(parents=True)
+    assert answers(invoke) and answers(invoke)
+    assert len(checks) == 2  # checked every time, never an error
+    if blocked == "checks file is a folder":
+        assert os.listdir(cache.parent) == [cache.name]  # no temporary file left
+
+
+def test_a_kb_read_alone_is_not_remembered(invoke, no_db, checks, monkeypatch):
+    """--db and $ADVISOR_DB: a KB read alone has its summaries checked on every read, as before."""
+    monkeypatch.setenv("ADVISOR_DB", str(no_db))
+    assert answers(invoke) and answers(invoke)
+    assert len(checks) == 2 and not remembered.checks_path().exists()

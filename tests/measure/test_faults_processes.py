@@ -189,9 +189,7 @@ def test_a_live_lease_on_another_host_holds_its_cell(tmp_path, measure_tiny):
     conn = sqlite3.connect(db)
     # a live lease, as a heartbeat keeps it (a lease further ahead than an hour counts as forged: lease.py)
     until = (datetime.now(UTC) + timedelta(minutes=30)).isoformat(timespec="seconds")
-    conn.execute(
-        "UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = ?", [until]
-    )
+    conn.execute("UPDATE runs SET status = 'running', owner = 'another-host:4242', lease_until = ?", [until])
     conn.commit()
     rebuild_summaries(conn)  # a raw edit bypasses the summaries store.py keeps
     conn.close()

@@ -1,0 +1,88 @@
+"""`make bench`'s table: each benchmark's figure as a ratio against the reference it was measured beside, read
+from the raw results the benchmarks just wrote into bench/results/.
+
+    python bench/table.py [--results bench/results]
+
+One row per figure: what was timed, against what (in the same run, interleaved), min/median/max over the
+rounds, and the target it is held to. A result file that is missing is said, not skipped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def spread(values) -> str:
+    """min / median / max of a bench's list of ratios, as the table prints them."""
+    v = sorted(values)
+    return f"{v[0]:.3f} / {v[len(v) // 2]:.3f} / {v[-1]:.3f}"
+
+
+def recommend_rows(d: dict) -> list[tuple]:
+    rows = []
+    for name, figures in d["answers"].items():
+        rows.append((name, "import torch (CPU time)", spread(figures["cpu_ratio"]), "≤ 0.10"))
+    return rows
+
+
+def report_rows(d: dict) -> list[tuple]:
+    return [
+        (f"advisor report, {kind} cache", "import torch (CPU time)", spread(d[kind]["cpu_ratio"]), target)
+        for kind, target in (("warm", "≤ 1.0"), ("cold", "(first report only)"))
+    ]
+
+
+def merge_rows(d: dict) -> list[tuple]:
+    s = d["summary"]["cpu_ratio"]
+    what = f"kb merge again (2 × {d['runs_per_kb']:,} runs held)"
+    return [
+        (what, "the first merge (CPU time)", f"{s['min']:.3f} / {s['median']:.3f} / {s['max']:.3f}", "≤ 0.15")
+    ]
+
+
+def cell_rows(d: dict) -> list[tuple]:
+    rows = []
+    for model, s in d["summary"].items():
+        share = f"{s['share_min']:.2f} / {s['share_median']:.2f} / {s['share_max']:.2f}"
+        rows.append((f"{d['preset']} cell's training, {model}", "the cell's wall time", share, "≥ 0.70"))
+    grid = f"the {d['preset']} grid, {len(d['cells']) + 1} cells"
+    rows.append((grid, "seconds, wall", f"{d['grid_s']:.0f} s", ""))
+    return rows
+
+
+def plan_rows(d: dict) -> list[tuple]:
+    rows = [(f"--plan of the {d['grid']}", "its actual wall time", f"{d['ratio']:.2f}", "")]
+    rows.append(("--plan's own time", "seconds, wall", f"{d['plan_s']:.1f} s", "≤ 10 s"))
+    return rows
+
+
+BENCHES = {
+    "recommend-latency-cpu.json": recommend_rows,
+    "report-latency-cpu.json": report_rows,
+    "merge-speed-cpu.json": merge_rows,
+    "cell-time-cpu.json": cell_rows,
+    "plan-accuracy-cpu.json": plan_rows,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    print("| figure | against | min / median / max | target |")
+    print("| --- | --- | --- | --- |")
+    for name, rows in BENCHES.items():
+        path = args.results / name
+        if not path.exists():
+            print(f"| {name}: not measured (run its benchmark) | | | |")
+            continue
+        for row in rows(json.loads(path.read_text())):
+            print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
