@@ -87,9 +87,14 @@ claims: setup
 	$(BIN)/advisor claims --source measured --db kb/results.sqlite --markdown docs/claims.md
 
 bench: setup
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py --out bench/results/recommend-latency-cpu.json
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/report_latency.py --out bench/results/report-latency-cpu.json
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/merge_speed.py --out bench/results/merge-speed-cpu.json
+	$(BIN)/python bench/cell_time.py --out bench/results/cell-time-cpu.json
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/plan_accuracy.py --out bench/results/plan-accuracy-cpu.json
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/large_kb.py
 	$(BIN)/python bench/harness_overhead.py
+	$(BIN)/python bench/table.py
 
 # advisor fit against real steps: ours, accelerate's estimator, Korthikanti et al.'s formula (CPU, ~2 min).
 # On a GPU machine: --prepare cases.json here, then --device cuda --cases cases.json (see the script).

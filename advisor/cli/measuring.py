@@ -136,9 +136,11 @@ def preset_option(default: str):
     "--plan",
     "plan_only",
     is_flag=True,
-    help="Train nothing: list the cells with their predicted time and memory (advisor fit, or this "
-    "machine's measured runs), flag those predicted not to fit and those already done, and print the "
-    "makespan on --workers (with --gpu: on that accelerator).",
+    help="Train nothing: list the cells with their predicted time and memory (past runs of the cell or its "
+    "model on this hardware, in every KB in sight: --db, yours, the shipped one; else a few real steps of "
+    "each model timed here now; with --gpu, or a model too large to step here: advisor fit), flag those "
+    "predicted not to fit and those already done, and print the makespan on --workers (with --gpu: on "
+    "that accelerator).",
 )
 @click.option(
     "--workers",

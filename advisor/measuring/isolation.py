@@ -46,12 +46,16 @@ from advisor.measuring.runner import CellOutcome, CellResult, run_cell, train_ce
 from advisor.rules import Rules
 
 # What the fork server imports once; a cell's process finds them imported. transformers.modeling_utils is
-# the costly part of building a model (2 s here); advisor.cli is what the `advisor` script re-runs in a
-# child as its __main__.
+# the costly part of building a model (2 s here); transformers.optimization (Adafactor) pulls in peft and
+# torchao (0.6-1.8 s an Adafactor cell otherwise); every cell counts FLOPs and tracks its measured step;
+# advisor.cli is what the `advisor` script re-runs in a child as its __main__.
 PRELOAD = (
     "torch",
+    "torch.utils.flop_counter",
+    "torch.distributed._tools.mem_tracker",
     "transformers",
     "transformers.modeling_utils",
+    "transformers.optimization",
     "datasets",
     "advisor.cli",
     "advisor.kb.store",

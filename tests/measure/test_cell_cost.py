@@ -68,3 +68,30 @@ def test_the_device_peak_is_measured_once_per_grid(tmp_path):
     ).fetchall()
     assert len(peaks) == 3 and len(set(peaks)) == 1, peaks
     assert "measured" in peaks[0][1]
+
+
+@pytest.mark.slow
+def test_a_cell_builds_every_grid_optimizer_from_what_the_fork_server_imported():
+    """After the fork server's imports, making each optimizer of the families' grids imports nothing more
+    (Adafactor's transformers.optimization pulled in peft and torchao: 0.6-1.8 s an Adafactor cell)."""
+    import json
+    import subprocess
+    import sys
+
+    from advisor.measuring.isolation import preload
+
+    optimizers = sorted({o for spec in RULES.families.values() for o in spec.grid_optimizers})
+    code = f"""
+import importlib, json, sys, torch
+for m in {preload(RULES)!r}:
+    importlib.import_module(m)
+from advisor.measuring.optimizers import make_optimizer
+before = set(sys.modules)
+for name in {optimizers!r}:
+    make_optimizer(name, torch.nn.Linear(4, 4).parameters(), 1e-3, model=torch.nn.Linear(4, 4))
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert imported == [], imported
