@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 from advisor.measuring.progress import Reporter
 from advisor.measuring.request import request
@@ -100,30 +100,6 @@ def summary(cells: list[dict]) -> dict:
     return out
 
 
-def environment() -> dict:
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {
-        "device": platform.processor() or platform.machine(),
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "advisor_commit": commit,
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", choices=MODELS, help="default: all four")
@@ -135,7 +111,7 @@ def main() -> None:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     result = measure(args.model or list(MODELS), args.preset, args.seeds)
     result["summary"] = summary(result["cells"])
-    result["environment"] = environment()
+    result |= {"device": device(), "versions": versions("torch")}
     for model, s in result["summary"].items():
         print(
             f"{model:11s} {s['cells']:3d} cells  training share {s['share_min']:.2f}/{s['share_median']:.2f}/"

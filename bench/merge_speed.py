@@ -14,7 +14,6 @@ Target (issue 25): the second merge at most 0.15x the first.
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import shutil
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 from advisor.kb import store
 from advisor.kb.identity import cell_key
@@ -97,27 +98,6 @@ def one_round(advisor: str, sources: list[Path], folder: Path) -> dict:
         held = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
     conn.close()
     return {"first": first, "again": again, "runs_in_target": held}
-
-
-def device() -> dict:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
-        platform.processor(),
-    )
-    return {"cpu": model, "cores": os.cpu_count()}
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
-
-
-def versions() -> dict:
-    here = Path(__file__).resolve().parent
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True).stdout
-    return {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "advisor": commit.strip()}
 
 
 def summary(rounds: list[dict]) -> dict:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import sqlite3
@@ -35,8 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 TARGET_S = 10.0
 REPO = Path(__file__).resolve().parent.parent
@@ -139,35 +139,6 @@ def compare(plans: list[dict], actual: dict, command_wall: float) -> dict:
     }
 
 
-def device() -> dict:
-    """The CPU the numbers were taken on."""
-    model = platform.processor()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cores": os.cpu_count()}
-
-
-def versions() -> dict:
-    """Python, torch, and advisor's commit (+dirty: the working tree differs)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-    dirty = "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-    try:
-        torch = version("torch")
-    except PackageNotFoundError:
-        torch = None
-    return {
-        "python": platform.python_version(),
-        "torch": torch,
-        "advisor_commit": git("rev-parse", "HEAD") + dirty,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -219,7 +190,7 @@ def main() -> None:
         },
         "load_average": load,
         "device": device(),
-        "versions": versions(),
+        "versions": versions("torch"),
         "ways": {way: compare(p, actual, wall) for way, p in plans.items()},
         "actual": [{"cell": list(k), **v} for k, v in actual.items()],
     }

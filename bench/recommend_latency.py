@@ -15,7 +15,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -23,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 from advisor.places import user_kb_path
 
@@ -80,35 +80,6 @@ def runs_to_time(advisor: str, folders: dict[str, Path]) -> dict[str, tuple[list
     return out
 
 
-def device() -> dict:
-    """The CPU the numbers were taken on."""
-    model = platform.processor()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cores": os.cpu_count()}
-
-
-def versions() -> dict:
-    """Python, torch, and advisor's commit (+dirty: the working tree differs)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-    dirty = "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-    try:
-        torch = version("torch")
-    except PackageNotFoundError:
-        torch = None
-    return {
-        "python": platform.python_version(),
-        "torch": torch,
-        "advisor_commit": git("rev-parse", "HEAD") + dirty,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -134,7 +105,7 @@ def main() -> None:
                 runs[name].append(timed(cmd, env, before_run))
             runs["import torch"].append(timed(torch, ENV))
     reference = runs["import torch"]
-    out = {"rounds": args.rounds, "device": device(), "versions": versions(), "answers": {}}
+    out = {"rounds": args.rounds, "device": device(), "versions": versions("torch"), "answers": {}}
     print(
         f"import torch: CPU {statistics.median(c for c, _ in reference):.3f} s median over {args.rounds} runs"
     )

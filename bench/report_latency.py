@@ -14,7 +14,6 @@ Target (issue 25): a warm report at most 1.0x import torch.
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -22,8 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
+
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 TARGET = 1.0
 REPO = Path(__file__).resolve().parents[1]
@@ -47,30 +47,6 @@ def report(advisor: str, scratch: Path, data: Path) -> tuple[float, float]:
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="site-"))
     shutil.rmtree(out)  # a folder the report makes, as a user's first `--out site/`
     return timed([advisor, "report", "--out", str(out)], ENV | {"XDG_DATA_HOME": str(data)})
-
-
-def device() -> dict:
-    """The CPU the numbers were taken on."""
-    model = platform.processor()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cores": os.cpu_count()}
-
-
-def versions() -> dict:
-    """Python, torch, the plotting libraries, and advisor's commit (+dirty: the working tree differs)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-    dirty = "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-    found = {"python": platform.python_version(), "advisor_commit": git("rev-parse", "HEAD") + dirty}
-    for dist in ("torch", "altair", "vl-convert-python"):
-        found[dist] = version(dist)
-    return found
 
 
 def summary(runs: list[tuple[float, float]], reference: list[tuple[float, float]]) -> dict:
@@ -101,7 +77,13 @@ def main() -> None:
             runs["warm"].append(report(advisor, scratch, warm))
             runs["import torch"].append(timed(torch))
     reference = runs["import torch"]
-    out = {"rounds": args.rounds, "device": device(), "versions": versions(), "target": TARGET, "runs": runs}
+    out = {
+        "rounds": args.rounds,
+        "device": device(),
+        "versions": versions("torch", "altair", "vl-convert-python"),
+        "target": TARGET,
+        "runs": runs,
+    }
     print(
         f"import torch: CPU {statistics.median(c for c, _ in reference):.3f} s median over {args.rounds} runs"
     )

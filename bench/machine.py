@@ -1,0 +1,41 @@
+"""What a benchmark's raw result records of where it ran: the CPU and its cores, the versions that matter,
+and advisor's commit (+dirty where the working tree differs). One place for every script in bench/."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def device() -> dict:
+    """The CPU the numbers were taken on."""
+    model = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model, "cores": os.cpu_count()}
+
+
+def versions(*dists: str) -> dict:
+    """Python, SQLite, the installed version of each distribution named (None if absent), and advisor's
+    commit."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    dirty = "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+    found: dict = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for dist in dists:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = None
+    return found | {"advisor_commit": git("rev-parse", "HEAD") + dirty}
