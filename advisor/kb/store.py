@@ -316,30 +316,13 @@ def write_runs(conn: sqlite3.Connection, runs: list[dict], validations: list[dic
 
     Atomic, and short for other writers: every row is staged in temporary tables first (they take no lock
     on the KB), then one transaction copies what is new in SQL. A 20,000-run import holds the write lock
-    for a fraction of a second, not the minute a row-by-row insert takes. Runs the KB holds with the same
-    digest (`unheld`) are counted as skipped at once: neither checked nor staged."""
-    runs, held = unheld(conn, runs)
+    for a fraction of a second, not the minute a row-by-row insert takes."""
     staging = Staging(conn)
     try:
         staging.add(runs)
-        added, skipped = staging.commit(validations)
-        return added, skipped + held
+        return staging.commit(validations)
     finally:
         staging.drop()
-
-
-def unheld(conn: sqlite3.Connection, runs: list[dict]) -> tuple[list[dict], int]:
-    """The runs the KB does not hold as they are, and how many it does: a run of a uid it holds with the
-    same digest (status and figures) is already there, whatever else it carries. One query for them all."""
-    uids = [run["uid"] for run in runs if isinstance(run.get("uid"), str)]
-    mine = dict(run_digests(conn, uids)) if uids else {}
-    fresh = [run for run in runs if not _held_same(run, mine)]
-    return fresh, len(runs) - len(fresh)
-
-
-def _held_same(run: dict, mine: dict[str, str]) -> bool:
-    uid = run.get("uid")
-    return isinstance(uid, str) and uid in mine and mine[uid] == run_digest(run)
 
 
 class Staging:
