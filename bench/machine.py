@@ -39,3 +39,15 @@ def versions(*dists: str) -> dict:
         except PackageNotFoundError:
             found[dist] = None
     return found | {"advisor_commit": git("rev-parse", "HEAD") + dirty}
+
+
+def advisor_script() -> str:
+    """The `advisor` command the benchmark times: this Python's (its venv's) first, else the one on PATH;
+    exits with a sentence where none is installed."""
+    import shutil
+    import sys
+
+    beside = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which("advisor", path=beside) or sys.exit(
+        "advisor is not on PATH: install the project first"
+    )

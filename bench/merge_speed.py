@@ -16,7 +16,6 @@ import json
 import os
 import random
 import resource
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -25,7 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
+from machine import (  # bench/machine.py: the script's own folder is on sys.path
+    advisor_script,
+    device,
+    versions,
+)
 
 from advisor.kb import store
 from advisor.kb.identity import cell_key
@@ -121,7 +124,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write the raw timings and ratios as JSON")
     args = parser.parse_args()
-    advisor = shutil.which("advisor") or sys.exit("advisor is not on PATH: install the project first")
+    advisor = advisor_script()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sources = [folder / "a.sqlite", folder / "b.sqlite"]

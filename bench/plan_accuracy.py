@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -36,7 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
+from machine import (  # bench/machine.py: the script's own folder is on sys.path
+    advisor_script,
+    device,
+    versions,
+)
 
 TARGET_S = 10.0
 REPO = Path(__file__).resolve().parent.parent
@@ -155,12 +158,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="write the raw timings and ratios as JSON")
     args = parser.parse_args()
-    beside = os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-    )  # this venv's first
-    advisor = shutil.which("advisor", path=beside) or sys.exit(
-        "advisor is not on PATH: install the project first"
-    )
+    advisor = advisor_script()
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)
     load = {"before": os.getloadavg()}

@@ -24,7 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
+from machine import (  # bench/machine.py: the script's own folder is on sys.path
+    advisor_script,
+    device,
+    versions,
+)
 
 from advisor.places import user_kb_path
 
@@ -86,12 +90,7 @@ def main() -> None:
     parser.add_argument("--user-kb", type=Path, help="a KB to read as the user's (default: yours, if any)")
     parser.add_argument("--out", type=Path, help="write the raw timings and ratios as JSON")
     args = parser.parse_args()
-    beside = os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-    )  # this venv's first
-    advisor = shutil.which("advisor", path=beside) or sys.exit(
-        "advisor is not on PATH: install the project first"
-    )
+    advisor = advisor_script()
     user_kb = args.user_kb or (user_kb_path() if user_kb_path().is_file() else None)
     torch = [sys.executable, "-c", "import torch"]
     with tempfile.TemporaryDirectory(prefix="recommend-latency-") as scratch:

@@ -23,7 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
+from machine import (  # bench/machine.py: the script's own folder is on sys.path
+    advisor_script,
+    device,
+    versions,
+)
 
 TARGET = 1.0
 REPO = Path(__file__).resolve().parents[1]
@@ -61,10 +65,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path, help="write the raw timings and ratios as JSON")
     args = parser.parse_args()
-    beside = shutil.which("advisor", path=str(Path(sys.executable).parent))  # this Python's, venv or not
-    advisor = (
-        beside or shutil.which("advisor") or sys.exit("advisor is not installed: install the project first")
-    )
+    advisor = advisor_script()
     torch = [sys.executable, "-c", "import torch"]
     runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": [], "import torch": []}
     with tempfile.TemporaryDirectory(prefix="report-latency-") as name:
