@@ -91,7 +91,9 @@ bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/report_latency.py --out bench/results/report-latency-cpu.json
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/merge_speed.py --out bench/results/merge-speed-cpu.json
 	$(BIN)/python bench/cell_time.py --out bench/results/cell-time-cpu.json
+	$(BIN)/python bench/cell_time.py --preset small --model vit --model llama --out bench/results/cell-time-small-cpu.json
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/plan_accuracy.py --out bench/results/plan-accuracy-cpu.json
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/plan_accuracy.py --preset small --models vit --rounds 2 --out bench/results/plan-accuracy-small-cpu.json
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/large_kb.py
 	$(BIN)/python bench/harness_overhead.py
 	$(BIN)/python bench/table.py

@@ -1,6 +1,6 @@
 """`advisor measure --plan` against the grid it prices: planned against actual wall time, and the plan's own.
 
-    python bench/plan_accuracy.py [--models all] [--optimizers sgd,adam] [--strategies standard]
+    python bench/plan_accuracy.py [--models all] [--optimizers sgd,adam] [--strategies standard] [--preset tiny]
                                   [--rounds 3] [--threads N] [--out bench/results/plan-accuracy-cpu.json]
 
 On a fresh machine's footing (an empty user data folder, a fresh KB as --db; the shipped KB is read, as
@@ -56,10 +56,10 @@ from advisor.measuring.runner import plan_grid
 from advisor.model_ref import reference_models, resolve_model
 from advisor.rules import load_rules
 
-names, optimizers, strategies, db = json.loads(sys.argv[1])
+names, optimizers, strategies, preset, db = json.loads(sys.argv[1])
 rules = load_rules()
 models = reference_models(rules) if names == ["all"] else [resolve_model(n, rules) for n in names]
-cells = plan_grid(models, rules, optimizers, strategies, 1, RunConfig(preset="tiny"))
+cells = plan_grid(models, rules, optimizers, strategies, 1, RunConfig(preset=preset))
 print(json.dumps(plan_cells(cells, rules, None, [1], db=db, calibrate=True).as_dict()))
 """
 
@@ -81,7 +81,7 @@ def grid_args(args) -> list[str]:
     out = [a for m in args.models.split(",") for a in ("--model", m)]
     out += [a for o in filter(None, args.optimizers.split(",")) for a in ("--optimizer", o)]
     out += [a for s in filter(None, args.strategies.split(",")) for a in ("--strategy", s)]
-    return [*out, "--preset", "tiny"]
+    return [*out, "--preset", args.preset]
 
 
 def plan_once(way: str, advisor: str, args, scratch: Path, db: Path) -> dict:
@@ -95,7 +95,7 @@ def plan_once(way: str, advisor: str, args, scratch: Path, db: Path) -> dict:
             args.models.split(","),
             *(list(filter(None, a.split(","))) for a in (args.optimizers, args.strategies)),
         ]
-        cmd = [sys.executable, "-c", CALIBRATED, json.dumps([*lists, str(db)])]
+        cmd = [sys.executable, "-c", CALIBRATED, json.dumps([*lists, args.preset, str(db)])]
     cpu, wall, stdout = timed(cmd, env)
     plan = json.loads(stdout)
     return {"cpu_s": cpu, "wall_s": wall, "plan": plan}
@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--optimizers", default="", help="comma-separated (default: each family's grid)")
     parser.add_argument("--strategies", default="", help="comma-separated (default: each family's grid)")
     parser.add_argument("--rounds", type=int, default=3, help="plans of each way (default: 3)")
+    parser.add_argument("--preset", choices=("tiny", "small"), default="tiny", help="(default: tiny)")
     parser.add_argument(
         "--threads",
         type=int,

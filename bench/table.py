@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -18,8 +19,7 @@ RESULTS = Path(__file__).parent / "results"
 
 def spread(values) -> str:
     """min / median / max of a bench's list of ratios, as the table prints them."""
-    v = sorted(values)
-    return f"{v[0]:.3f} / {v[len(v) // 2]:.3f} / {v[-1]:.3f}"
+    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
 
 
 def recommend_rows(d: dict) -> list[tuple]:
@@ -55,13 +55,16 @@ def cell_rows(d: dict) -> list[tuple]:
 
 
 def plan_rows(d: dict) -> list[tuple]:
-    rows = []
+    rows, preset = [], d["grid"][d["grid"].index("--preset") + 1]
+    models = ", ".join(m for flag, m in zip(d["grid"], d["grid"][1:], strict=False) if flag == "--model")
     for way, said in (("command", "history first"), ("calibration", "a fresh machine: calibrated")):
         w = d["ways"][way]
-        grid = f"--plan of the tiny grid, {said}"
+        grid = f"--plan of the {preset} grid ({models}), {said}"
         rows.append((grid, "the cells' own wall time, summed", spread(w["total_ratio"]), ""))
         rows.append((grid + ", makespan", "the command's wall time", spread(w["makespan_ratio"]), ""))
-        rows.append((f"--plan's own time, {said}", "seconds, wall", spread(w["plan_wall_s"]), "≤ 10 s"))
+        rows.append(
+            (f"--plan's own time, {preset}, {said}", "seconds, wall", spread(w["plan_wall_s"]), "≤ 10 s")
+        )
     return rows
 
 
@@ -70,7 +73,9 @@ BENCHES = {
     "report-latency-cpu.json": report_rows,
     "merge-speed-cpu.json": merge_rows,
     "cell-time-cpu.json": cell_rows,
+    "cell-time-small-cpu.json": cell_rows,
     "plan-accuracy-cpu.json": plan_rows,
+    "plan-accuracy-small-cpu.json": plan_rows,
 }
 
 
