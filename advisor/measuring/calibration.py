@@ -21,6 +21,7 @@ import torch
 
 from advisor.measuring.config import GridCell, RunConfig
 from advisor.measuring.history import SHAPE_FIELDS
+from advisor.measuring.trainer import clock  # the trainer's: a calibration times as a cell does
 from advisor.rules import Rules
 
 # A calibration's timing: repeats until STEP_BUDGET_S is spent, at most MAX_TIMED, and their best kept:
@@ -129,13 +130,13 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
 
     start, cfg = time.perf_counter(), cells[0].config
     device = torch.device(cfg.device)
-    t = _clock(device)
+    t = clock(device)
     built = build_model(cells[0].model, preset_of(cfg), rules, cfg.dropout, cfg.seed, sizes_of(cfg))
     built.model.to(device)
-    build_s, t = _clock(device) - t, _clock(device)
+    build_s, t = clock(device) - t, clock(device)
     dataset, _ = load(built.family, built.shape, cfg.train_examples, cfg.seed)
     heldout = HeldOut(built.family, built.shape, cfg.eval_examples, cfg.batch_size)
-    data_s = _clock(device) - t
+    data_s = clock(device) - t
     micro = _micro_batches(dataset, built, cfg)
     first = next(micro)
     flops_s, per_position = _timed(
@@ -214,18 +215,11 @@ def _window(cfg: RunConfig, strategy: str) -> int:
     return replace(cfg, strategy=strategy).window
 
 
-def _clock(device) -> float:
-    """perf_counter after the device has finished its queued work (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
 def _timed(fn, device) -> tuple[float, object]:
     """(seconds, result) of fn()."""
-    start = _clock(device)
+    start = clock(device)
     out = fn()
-    return _clock(device) - start, out
+    return clock(device) - start, out
 
 
 def _micro_batches(dataset, built, cfg: RunConfig):
