@@ -400,6 +400,7 @@ PROTOCOL = table(
                     "extend": req(whole(low=0, high=100, eg=3)),
                     "seed": req(whole(low=0, high=2**32 - 1, eg=1000)),
                     "strategy": req(text()),
+                    "with": table(entries=text()),
                 }
             )
         ),
@@ -500,6 +501,8 @@ REFERENCES = (
     ("caveats", ("caveats", "*", "when", "measure"), "measure", ()),
     ("fit", ("optimizers", KEYS), "optimizer", ()),
     ("protocol", ("tuning", "strategy"), "strategy", ()),
+    ("protocol", ("tuning", "with", KEYS), "strategy", ()),
+    ("protocol", ("tuning", "with", "*"), "strategy", ()),
     ("protocol", ("targets", KEYS), "family", ()),
     ("protocol", ("targets", "*", KEYS), "preset", ("custom",)),
 )

@@ -255,6 +255,19 @@ CASES = [
         "line 4: caveats[0].when.family names 'decodr', not a family",
     ),
     (
+        "tuning strategy unknown",
+        "protocol.toml",
+        '[tuning.with]\naccumulation = "acumulation"\n',
+        "tuning.with.accumulation names 'acumulation', not a strategy of families.toml `strategies`; did you "
+        "mean accumulation?",
+    ),
+    (
+        "tuning strategy key unknown",
+        "protocol.toml",
+        '[tuning.with]\naccumulate = "accumulation"\n',
+        "names 'accumulate', not a strategy of families.toml `strategies`",
+    ),
+    (
         "target family unknown",
         "protocol.toml",
         "[targets.visoin]\nsmall = 2.0\n",

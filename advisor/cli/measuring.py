@@ -83,7 +83,8 @@ def preset_option(default: str):
     "--tune-lr",
     is_flag=True,
     help="Choose each optimizer's learning rate first: a log grid around its default on a tuning seed, the "
-    "best by held-out loss (fair protocol only; the runs record the rate and the grid).",
+    "best by held-out loss, tuned per effective batch (accumulation at its own batch; fair protocol only; the runs "
+    "record the rate and the grid).",
 )
 @click.option(
     "--order-seed",

@@ -1,11 +1,12 @@
 """--tune-lr: each optimizer's learning rate chosen before the grid runs (DeepOBS's protocol).
 
-For every (model, optimizer, sizes) of a grid: a log grid of rates around the optimizer's default
-(rules/protocol.toml [tuning]), each trained once on a tuning seed no grid run uses, with the tuning
-strategy; the rate with the lowest final held-out loss wins. The tuning runs are stored under their own
-source (measured:tuning), so answers never rank them; the grid's runs record the rate chosen and the
-grid tried (config lr and lr_grid). Resumable like the grid: a tuning run already in the KB is not
-repeated, and the same runs choose the same rate.
+For every (model, optimizer, sizes, effective batch) of a grid: a log grid of rates around the optimizer's
+default (rules/protocol.toml [tuning]), each trained once on a tuning seed no grid run uses, with the
+strategy that makes the cell's update (a plain step for checkpointing, accumulation's own k-micro-batch
+step for accumulation); the rate with the lowest final held-out loss wins. The tuning runs are stored
+under their own source (measured:tuning), so answers never rank them; the grid's runs record the rate
+chosen and the grid tried (config lr and lr_grid). Resumable like the grid: a tuning run already in the KB
+is not repeated, and the same runs choose the same rate.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Tuned:
 
     model: str
     optimizer: str
+    strategy: str  # the strategy the rate was tuned with: the cells it serves make this update
     lr: float | None  # None: no rate of the grid trained; the grid keeps the optimizer's default
     tried: dict[float, str]  # rate -> 'held-out loss 2.31' or the run's status
 
@@ -42,6 +44,7 @@ class Tuned:
         return {
             "model": self.model,
             "optimizer": self.optimizer,
+            "strategy": self.strategy,
             "lr": self.lr,
             "at_edge": self.at_edge,
             "tried": {f"{k:g}": v for k, v in self.tried.items()},
@@ -50,11 +53,24 @@ class Tuned:
 
 def tuning_key(cfg: RunConfig, rules) -> RunConfig:
     """The tuning run's configuration for a grid cell, rate left open: what is shared by every cell the
-    rate serves (strategy and seed are the tuning's own)."""
+    rate serves. The seed is the tuning's own; the strategy is the one that makes the cell's update
+    (tuning_strategy), so accumulation's rate is tuned at its own effective batch."""
     tuning = rules.protocol["tuning"]
     return replace(
-        cfg, strategy=tuning["strategy"], seed=tuning["seed"], lr=None, lr_grid=None, role="tuning"
+        cfg,
+        strategy=tuning_strategy(cfg.strategy, rules),
+        seed=tuning["seed"],
+        lr=None,
+        lr_grid=None,
+        role="tuning",
     )
+
+
+def tuning_strategy(strategy: str, rules) -> str:
+    """The strategy a cell's rate is tuned with: its own where rules/protocol.toml [tuning.with] names one
+    (an update unlike a plain step's), else the tuning's default (a plain step's update)."""
+    tuning = rules.protocol["tuning"]
+    return tuning.get("with", {}).get(strategy, tuning["strategy"])
 
 
 def rates(key: RunConfig, rules: Rules) -> tuple[float, ...]:
@@ -128,17 +144,17 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
     finally:
         conn.close()
     best = min(losses, key=lambda lr: (losses[lr], lr)) if losses else None
-    return Tuned(key.model, key.optimizer, best, tried)
+    return Tuned(key.model, key.optimizer, key.strategy, best, tried)
 
 
 def tuned_table(tuned: list[Tuned]):
     """The rates --tune-lr chose, and what every rate tried gave (a rich Table)."""
     table = Table(title="--tune-lr: rates chosen on the tuning seed", title_justify="left", show_edge=False)
-    for col in ("model", "optimizer", "chosen", "tried"):
+    for col in ("model", "optimizer", "tuned with", "chosen", "tried"):
         table.add_column(col)
     for t in tuned:
         chosen = f"{t.lr:g}" if t.lr is not None else "[red]none trained: default kept[/red]"
         chosen += " [yellow](edge of the grid)[/yellow]" if t.at_edge else ""
         tried = ", ".join(f"{lr:g}: {what}" for lr, what in t.tried.items())
-        table.add_row(t.model, t.optimizer, chosen, tried)
+        table.add_row(t.model, t.optimizer, t.strategy, chosen, tried)
     return table

@@ -72,6 +72,27 @@ def test_the_reference_grid_is_the_fair_protocol_with_tuned_rates_and_three_seed
     assert tuning >= 5 * optimizers  # five rates or more per optimizer and model (more: a grid extended)
 
 
+def test_every_grid_rate_was_tuned_at_the_cells_own_effective_batch_and_lies_inside_its_grid():
+    """Each measured run's rate is the best of tuning runs made with the strategy that makes its update
+    (accumulation with accumulation, checkpointing with a plain step: rules/protocol.toml [tuning.with]),
+    and no chosen rate sits on the edge of the rates tried, but Muon's on ViT (docs/measuring.md: a bound)."""
+    from advisor.measuring.tuning import tuning_strategy
+
+    tuned = defaultdict(set)  # (model, preset, optimizer, strategy tuned with) -> rates tried
+    for r in figures(
+        "SELECT model, preset, optimizer, strategy, config FROM runs WHERE source = 'measured:tuning'"
+    ):
+        tuned[(r["model"], r["preset"], r["optimizer"], r["strategy"])].add(json.loads(r["config"])["lr"])
+    edge = set()
+    for r in figures("SELECT model, preset, optimizer, strategy, config FROM runs WHERE source = 'measured'"):
+        config = json.loads(r["config"])
+        key = (r["model"], r["preset"], r["optimizer"], tuning_strategy(r["strategy"], RULES))
+        assert config["lr"] in tuned[key] and set(config["lr_grid"]) == tuned[key], (key, config["lr"])
+        if config["lr"] in (min(tuned[key]), max(tuned[key])):
+            edge.add(key[:3])
+    assert edge <= {("vit", "small", "muon")}, edge
+
+
 def test_adams_tensor_peak_exceeds_sgds_by_its_two_state_buffers():
     """Adam keeps two fp32 buffers per parameter (exp_avg, exp_avg_sq); SGD without momentum none."""
     runs = per_run("tensor_peak_gb", "tensor_parameters_gb", "tensor_optimizer_gb")

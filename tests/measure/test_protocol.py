@@ -183,6 +183,26 @@ def test_the_paper_protocol_runs_cgd_as_the_paper_did():
     assert replace(TINY, preset="paper", model="vit", optimizer="sgd").resolved().lr == 0.1
 
 
+def test_each_rate_is_tuned_with_the_strategy_that_makes_the_cells_update():
+    """Checkpointing computes a plain step's update and shares its rate; accumulation (and checkpointing with
+    it) is tuned at its own k-times larger batch; the equal-samples arm, k times fewer of those updates, on
+    its own (issue 22: a rate tuned at one batch and reused at 4x decides the comparison)."""
+    from advisor.measuring.tuning import tuning_key
+
+    with_ = {
+        s: tuning_key(replace(TINY, model="llama", optimizer="adam", strategy=s), RULES).strategy
+        for s in RULES.strategies
+    }
+    assert with_ == {
+        "standard": "standard",
+        "checkpointing": "standard",
+        "selective-checkpointing": "standard",
+        "accumulation": "accumulation",
+        "checkpointing+accumulation": "accumulation",
+        "accumulation-equal-samples": "accumulation-equal-samples",
+    }
+
+
 def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_inside(tmp_path):
     """--tune-lr on a held-out loss whose best rate lies two grid steps above the top of the grid: the grid
     grows a step at a time past that edge, and the rate chosen is inside what was tried."""
