@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
 
-.PHONY: setup browser test lint kb bench bench-fit reference reference-small reference-menu reference-tiny reference-export claims clean
+.PHONY: setup browser test lint kb bench bench-fit reference reference-small reference-menu reference-lora reference-tiny reference-export claims clean
 REF_DB ?= build/reference-small.sqlite
 
 # torch is pinned to the CPU wheel on this machine's disk; an unpinned torch resolves to a multi-GB CUDA build.
@@ -48,15 +48,17 @@ kb: setup
 #                    checkpointing against the same group's AdamW, and accumulation at equal samples (the arm
 #                    that tells its effect from its data budget), rates tuned; without a REF_DB it starts from
 #                    the shipped small grid (kb/inputs), so it measures only what is new
+#   reference-lora   LoRA against full fine-tuning: each family's reference model pretrained here (advisor
+#                    pretrain, into $(BASES)), then fine-tuned on every genre with AdamW, full and LoRA, rates tuned
 #   reference-tiny   the same grid at preset tiny: the second scale `advisor transfer` compares
-# `make reference` runs all three and says its wall time.
+# `make reference` runs all four and says its wall time.
 REF_TINY_DB ?= build/reference-tiny.sqlite
 REF = $(BIN)/advisor measure --model all --seeds 3 --tune-lr --order-seed 2026
 MENU_OPTIMIZERS = --optimizer lion_32bit --optimizer schedule_free_adamw --optimizer muon --optimizer adamw_torch_8bit
 reference: setup
 	mkdir -p build && rm -f $(REF_DB) $(REF_DB)-wal $(REF_DB)-shm $(REF_TINY_DB) $(REF_TINY_DB)-wal $(REF_TINY_DB)-shm
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory reference-small reference-menu reference-tiny reference-export && \
+	$(MAKE) --no-print-directory reference-small reference-menu reference-lora reference-tiny reference-export && \
 	echo "make reference: $$(( ($$(date +%s) - start) / 60 )) min of wall time"
 
 reference-small: setup
@@ -70,6 +72,21 @@ reference-menu: setup
 	$(REF) --preset small $(MENU_OPTIMIZERS) --strategy standard --db $(REF_DB)
 	$(REF) --preset small --optimizer adamw --strategy selective-checkpointing --db $(REF_DB)
 	$(REF) --preset small --strategy accumulation-equal-samples --db $(REF_DB)
+
+# The bases are measured from their folder, so that each run names its model as the folder does
+# (vit-small-pretrained, ...). Time to target: each family's held-out loss from a pilot (docs/measuring.md §
+# Fine-tuning), about what the median of full and LoRA fine-tuning reaches half-way.
+BASES ?= build/bases
+LORA = $(abspath $(BIN))/advisor measure $(LORA_GRID) --db $(abspath $(REF_DB))
+LORA_GRID = --preset small --optimizer adamw --strategy standard --strategy lora --seeds 3 --tune-lr --order-seed 2026
+reference-lora: setup
+	mkdir -p $(BASES)
+	for m in vit modernbert llama nanovlm; do test -f $(BASES)/$$m-small-pretrained/advisor-base.json || \
+		$(BIN)/advisor pretrain --model $$m --preset small --out $(BASES)/$$m-small-pretrained || exit 1; done
+	cd $(BASES) && $(LORA) --model vit-small-pretrained --target-loss $(TARGET_vit)
+	cd $(BASES) && $(LORA) --model modernbert-small-pretrained --target-loss $(TARGET_modernbert)
+	cd $(BASES) && $(LORA) --model llama-small-pretrained --target-loss $(TARGET_llama)
+	cd $(BASES) && $(LORA) --model nanovlm-small-pretrained --target-loss $(TARGET_nanovlm)
 
 reference-tiny: setup
 	mkdir -p build

@@ -1,6 +1,6 @@
 """advisor: which optimizer and memory strategy for this transformer, under this constraint, from evidence.
 
-The Python API (advisor/api.py): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`,
+The Python API (advisor/api.py): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`, `advisor.pretrain(...)`,
 `advisor.open_kb(...)`, imported on first call so that `import advisor` (and the CLI) stays cheap. Every
 error they raise derives from `advisor.Error`.
 """
@@ -31,6 +31,13 @@ def measure(*args, **kwargs):
     return api.measure(*args, **kwargs)
 
 
+def pretrain(*args, **kwargs):
+    """`advisor pretrain` in Python: see advisor.api.pretrain."""
+    from advisor import api
+
+    return api.pretrain(*args, **kwargs)
+
+
 def open_kb(*args, **kwargs):
     """The KB answers come from, read-only: see advisor.api.open_kb."""
     from advisor import api
@@ -49,5 +56,6 @@ __all__ = [
     "fit",
     "measure",
     "open_kb",
+    "pretrain",
     "recommend",
 ]

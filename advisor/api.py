@@ -188,6 +188,42 @@ def measure(*models: str | ResolvedModel, say=lambda line: None, reporter=None, 
     return request(resolved, **options).run(rules, reporter, say)
 
 
+def pretrain(
+    model: str | ResolvedModel,
+    *,
+    preset: str = "small",
+    out: PathLike | None = None,
+    steps: int | None = None,
+    force: bool = False,
+    say=lambda line: None,
+) -> dict:
+    """`advisor pretrain` in Python: a reference model trained here into a base for fine-tuning (LoRA against
+    full), saved at `out` (default: the data folder's bases/<model>-<preset>); returns its advisor-base.json
+    record, with `path`."""
+    from pathlib import Path
+
+    rules = load_rules()
+    resolved = _model(model, rules)
+    if not resolved.reference:
+        raise InputError(
+            f"advisor pretrain trains a family's reference model ({', '.join(rules.reference_models())}); "
+            f"{resolved.name} is your own: pass its folder to advisor measure --model.",
+            "--model",
+        )
+    if preset not in rules.presets:
+        raise InputError(f"unknown preset {preset!r}. Choose from: {', '.join(rules.presets)}.", "--preset")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise InputError(f"steps must be a whole number of at least 1, not {steps!r}.", "--steps")
+    require_measure_side()
+    from advisor.measuring.pretraining import Recipe, check_out, default_out
+    from advisor.measuring.pretraining import pretrain as train_base  # torch: the measurement side
+
+    where = Path(out) if out is not None else default_out(resolved, preset)
+    check_out(where, force)
+    record = train_base(resolved, preset, where, rules, Recipe.of(rules, steps), say)
+    return {**record, "path": str(where)}
+
+
 def require_measure_side() -> None:
     """The evidence side's libraries are an extra: say how to install them instead of a traceback."""
     missing = [m for m in MEASURE_SIDE if find_spec(m) is None]
@@ -201,15 +237,21 @@ def require_measure_side() -> None:
 
 def _narrowed(menu: dict | None, rules: Rules, optimizers: tuple, excluded: tuple, strategies: tuple) -> dict:
     """advisor fit's menu options for recommend's prediction, with its --optimizer, --exclude-optimizer and
-    --strategy applied."""
+    --strategy applied (the measured strategies as the configurations of advisor fit they are)."""
     options = dict(menu or {})
     if excluded and not optimizers:
         menu_names = [n for n, o in rules.optimizer_info.items() if o.menu and installed(rules, n)]
         optimizers = tuple(n for n in menu_names if n not in excluded)
     if optimizers:
         options["optimizers"] = tuple(o for o in optimizers if o not in excluded)
-    if strategies:
-        options["strategies"] = tuple(strategies)
+    if (
+        strategies
+    ):  # as advisor fit asks for them: a measured arm as its step, an adapter strategy as its adapter
+        fitted = [rules.as_fit(s) for s in strategies]
+        options["strategies"] = tuple(dict.fromkeys(step for _, step in fitted))
+        adapters = tuple(dict.fromkeys(adapter for adapter, _ in fitted))
+        if adapters != ("full",) and not options.get("adapters"):
+            options["adapters"] = adapters
     return options
 
 

@@ -49,6 +49,15 @@ class Measure:
     unit: str | None = None  # the measure's own unit, where it is not its metric's (a prediction per sample)
 
 
+# The words for each measure, the same wherever a figure is shown (rules/metrics.toml names them too).
+MEASURE_WORDS = {
+    "eval_loss": "held-out loss",
+    "loss": "training loss (run mean)",
+    "gpu_mem_peak_gb": "GPU peak GB",
+    "tensor_peak_gb": "tensor peak GB",
+    "peak_rss_gb": "RSS growth GB",
+}
+
 INPUTS = ("text", "image")  # what a family's models may take
 
 
@@ -132,6 +141,7 @@ class Rules:
     optimizers: tuple[str, ...]
     strategies: tuple[str, ...]
     arms: dict[str, str]  # a measured arm -> the strategy it is in memory and speed (families.toml `arms`)
+    adapters: dict[str, str]  # an adapter strategy -> the strategy of its step (families.toml `adapters`)
     presets: tuple[str, ...]
     accelerators: dict[str, Accelerator]
     fit: dict  # rules/fit.toml: headroom, overheads, default utilization, each with its source
@@ -161,6 +171,19 @@ class Rules:
 
     def metric(self, name: str) -> Metric:
         return self.metrics[name.strip().lower()]
+
+    def as_fit(self, strategy: str) -> tuple[str, str]:
+        """(adapter, strategy) of advisor fit that a measured strategy is: a measured arm is the strategy it
+        stands for (the same step, another data budget), an adapter strategy its adapter on its step's
+        strategy, any other strategy full fine-tuning with itself."""
+        if strategy in self.adapters:
+            return strategy, self.adapters[strategy]
+        return "full", self.arms.get(strategy, strategy)
+
+    @property
+    def fit_strategies(self) -> tuple[str, ...]:
+        """The strategies advisor fit predicts by their own name: neither a measured arm nor an adapter."""
+        return tuple(s for s in self.strategies if s not in self.arms and s not in self.adapters)
 
 
 def load_rules(directory: str | None = None) -> Rules:
@@ -203,6 +226,7 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
         optimizers=tuple(optimizers),
         strategies=tuple(raw["families"]["strategies"]),
         arms=_arms(raw["families"], files),
+        adapters=_adapters(raw["families"], files),
         presets=tuple(raw["families"]["presets"]),
         accelerators=_accelerators(raw["hardware"], files),
         fit=raw["fit"],
@@ -479,6 +503,32 @@ def _arms(raw: dict, files: _Files) -> dict[str, str]:
                 f"= {base!r} must name two different strategies of `strategies`.",
             )
     return dict(arms)
+
+
+ADAPTER_KINDS = ("lora",)  # the adapters advisor measure trains on a frozen base (measuring/trainer.py)
+
+
+def _adapters(raw: dict, files: _Files) -> dict[str, str]:
+    """families.toml `adapters`: each a strategy of the list named as an adapter advisor measure trains (and
+    advisor fit predicts), standing on the step of another strategy of the list (neither an arm nor an
+    adapter itself)."""
+    adapters = raw.get("adapters", {})
+    plain = set(raw["strategies"]) - set(raw.get("arms", {})) - set(adapters)
+    for name, step in adapters.items():
+        if name not in raw["strategies"] or name not in ADAPTER_KINDS:
+            files.fail(
+                "families",
+                ("adapters", name),
+                f"names {name!r}: it must be a strategy of `strategies` and an adapter advisor measure trains "
+                f"({', '.join(ADAPTER_KINDS)}).",
+            )
+        if step not in plain:
+            files.fail(
+                "families",
+                ("adapters", name),
+                f"= {step!r} must name a strategy of `strategies` that is neither a measured arm nor an adapter.",
+            )
+    return dict(adapters)
 
 
 def extended(base: dict, user: dict) -> dict:

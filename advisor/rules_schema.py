@@ -140,6 +140,7 @@ FAMILIES = table(
     {
         "strategies": req(listing(text(), at_least=1, unique=True)),
         "arms": table(entries=text()),
+        "adapters": table(entries=text()),
         "presets": req(listing(text(), at_least=1, unique=True)),
         "architectures": table(entries=text()),
         "grid_optimizers": req(listing(text(), at_least=1, unique=True)),
@@ -242,6 +243,7 @@ FLOWCHART = table(
                     ),
                     "source_rank": req(table(entries=whole(low=-1000, high=1000, eg=1))),
                     "answer_never": listing(text(), unique=True),
+                    "only_for_their_model": listing(text(), unique=True),
                     "match_scale_ratio": req(number(low=1, eg=2)),
                     "scale_warning_ratio": req(number(low=1, eg=3)),
                 }
@@ -401,6 +403,30 @@ PROTOCOL = table(
                     "seed": req(whole(low=0, high=2**32 - 1, eg=1000)),
                     "strategy": req(text()),
                     "with": table(entries=text()),
+                    "around": whole(low=1, high=10, eg=1),
+                }
+            )
+        ),
+        "deciding": req(
+            table(
+                {
+                    "max_seeds": req(whole(low=2, high=1000, eg=6)),
+                    "rounds": req(whole(low=1, high=100, eg=2)),
+                    "metrics": req(listing(text(), at_least=1, unique=True)),
+                }
+            )
+        ),
+        "pretraining": req(
+            table(
+                {
+                    "genres": req(whole(low=1, high=23, eg=12)),
+                    "steps": req(whole(low=1, high=10_000_000, eg=600)),
+                    "batch_size": req(whole(low=1, high=65_536, eg=16)),
+                    "optimizer": req(text()),
+                    "lr": req(number(above=0, high=10, eg=0.001)),
+                    "warmup_ratio": req(number(low=0, high=1, eg=0.05)),
+                    "seed": req(whole(low=0, high=2**32 - 1, eg=20011)),
+                    "eval_every": req(whole(low=1, high=10_000_000, eg=100)),
                 }
             )
         ),
@@ -493,6 +519,7 @@ REFERENCES = (
     ("flowchart", ("ranking", "prefer_optimizers", "*"), "optimizer", ()),
     ("flowchart", ("ranking", "prefer_strategies", "*"), "strategy", ()),
     ("flowchart", ("evidence", "preset_rank", KEYS), "preset", ("custom",)),
+    ("flowchart", ("evidence", "only_for_their_model", "*"), "preset", ("custom",)),
     ("caveats", ("caveats", "*", "when", "family"), "family", ()),
     ("caveats", ("caveats", "*", "when", "metric"), "metric", ()),
     ("caveats", ("caveats", "*", "when", "preset"), "preset", ("custom",)),
@@ -501,6 +528,8 @@ REFERENCES = (
     ("caveats", ("caveats", "*", "when", "measure"), "measure", ()),
     ("fit", ("optimizers", KEYS), "optimizer", ()),
     ("protocol", ("tuning", "strategy"), "strategy", ()),
+    ("protocol", ("pretraining", "optimizer"), "optimizer", ()),
+    ("protocol", ("deciding", "metrics", "*"), "metric", ()),
     ("protocol", ("tuning", "with", KEYS), "strategy", ()),
     ("protocol", ("tuning", "with", "*"), "strategy", ()),
     ("protocol", ("targets", KEYS), "family", ()),

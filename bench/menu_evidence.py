@@ -1,8 +1,10 @@
 """The fine-tuning menu's measured evidence in the shipped CPU reference grid (preset small, 3 seeds, tuned
 rates): each menu configuration against AdamW + standard in the same group, on held-out loss, epoch time
-and tensor peak, with the paired test the answers use; and accumulation at equal updates (the fair
-protocol's) and at equal samples against a plain step, per optimizer, on held-out loss: what the data
-budget, not accumulation, buys. Prints tables; `--out FILE` writes the JSON.
+and tensor peak, with the paired test the answers use; LoRA against full fine-tuning (AdamW) on each family's
+base pretrained here (advisor pretrain), on held-out loss, time to target, epoch time and tensor peak; and
+accumulation at equal updates (the fair protocol's) and at equal samples against a plain step, per
+optimizer, on held-out loss: what the data budget, not accumulation, buys. Prints tables; `--out FILE`
+writes the JSON.
 
     python bench/menu_evidence.py --out bench/results/menu-evidence-cpu.json
 """
@@ -11,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-from importlib.metadata import version
 
-from advisor.answers.evidence import GroupEvidence, select_group
+from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
+
+from advisor.answers.evidence import Asked, GroupEvidence, select_group
 from advisor.answers.recommendation import equivalence_margin, reading
 from advisor.kb.reader import open_for_reading
 from advisor.rules import load_rules
@@ -29,6 +31,8 @@ MENU = [
     ("adamw", "selective-checkpointing"),
 ]
 METRICS = ("loss", "time", "memory")
+LORA = ("adamw", "lora")  # against BASE, on each family's pretrained base
+LORA_METRICS = ("loss", "time_to_target", "time", "memory")
 
 
 def compare(ev: GroupEvidence, rules, key: tuple[str, str], base=BASE, metrics=METRICS) -> dict:
@@ -59,7 +63,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the JSON here")
     args = parser.parse_args()
     rules, conn = load_rules(), open_for_reading(None)
-    rows, budget = [], []
+    rows, budget, lora = [], [], []
     for family in ("vision", "encoder", "decoder", "vlm"):
         group = select_group(conn, rules, family, source="measured").group
         ev = GroupEvidence(conn, group, rules)
@@ -76,6 +80,18 @@ def main() -> None:
         for opt in rules.families[family].grid_optimizers:
             arms = {a: compare(ev, rules, (opt, a), (opt, "standard"), ("loss",)).get("loss") for a in ARMS}
             budget.append(dict(family=family, optimizer=opt, **arms))
+        base = f"{rules.families[family].reference_model}-small-pretrained"  # make reference-lora's name
+        tuned = select_group(conn, rules, family, source="measured", asked=Asked(model=base)).group
+        if tuned.model == base:
+            ev = GroupEvidence(conn, tuned, rules)
+            lora.append(
+                dict(
+                    family=family,
+                    base=base,
+                    group=tuned.label,
+                    **compare(ev, rules, LORA, BASE, LORA_METRICS),
+                )
+            )
     for r in rows:
         cells = [f"{r['family']:8} {r['optimizer']:20} {r['strategy']:24}"]
         for name in METRICS:
@@ -89,12 +105,20 @@ def main() -> None:
         cells = [f"{b['family']:8} {b['optimizer']:10}"]
         cells += [f"{m['relative']:+6.1f}% {m['reading']:10}" if (m := b.get(a)) else "—" for a in ARMS]
         print("  ".join(cells))
+    print("\nLoRA against full fine-tuning (AdamW), each family's pretrained base")
+    for r in lora:
+        cells = [f"{r['family']:8} {r['base']:28}"]
+        for name in LORA_METRICS:
+            m = r.get(name)
+            cells.append(f"{name} {m['relative']:+6.1f}% {m['reading']:10}" if m else f"{name} —")
+        print("  ".join(cells))
     if args.out:
         payload = dict(
             note="each menu configuration against AdamW + standard, same group; relative = (menu - adamw) / adamw",
-            machine=platform.processor() or platform.machine(),
-            versions={p: version(p) for p in ("advisor", "torch", "transformers")},
+            device=device(),
+            versions=versions("torch", "transformers", "peft", "torchao"),
             rows=rows,
+            lora_against_full=lora,
             accumulation_budget=budget,
         )
         with open(args.out, "w") as f:

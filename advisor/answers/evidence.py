@@ -98,7 +98,7 @@ def select_group(
     unmatched = {
         g.id: why for g in kept if g.own and (why := mismatch(g, asked, scale, selector, rules)) is not None
     }
-    groups = [g for g in kept if g.id not in unmatched]
+    groups = [g for g in kept if g.id not in unmatched and not for_its_model_only(g, asked, selector, prefs)]
     if not groups:
         raise NoEvidence(
             _no_group(family, source, selector, [g for g in kept if g.id in unmatched], unmatched)
@@ -107,6 +107,18 @@ def select_group(
     chosen = max(groups, key=key)
     others = [g for g in everything if g is not chosen and (g.source not in never or selector.group == g.id)]
     return Selection(chosen, sorted(others, key=key, reverse=True), unmatched, scale)
+
+
+def for_its_model_only(g: Group, asked: Asked, selector: Selector, prefs: dict) -> bool:
+    """Whether a shipped group is left to the questions about its own model: one of rules' `only_for_their_model`
+    presets (the bases advisor pretrain made, fine-tuned full and LoRA: two configurations of one model, not a
+    family's grid), unless the question names that model or the group (--group)."""
+    return (
+        not g.own
+        and g.preset in prefs.get("only_for_their_model", [])
+        and asked.model != g.model
+        and selector.group != g.id
+    )
 
 
 def _rank_key(asked: Asked, prefs: dict):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field, replace
 
-from advisor.answers.evidence import Asked, GroupEvidence, Selector, Stat, params_text, select_group
+from advisor.answers.evidence import (
+    Asked,
+    GroupEvidence,
+    Selector,
+    Stat,
+    for_its_model_only,
+    params_text,
+    select_group,
+)
 from advisor.answers.frontier import frontier_points
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.stats import holm, relative_difference, tost
@@ -189,8 +197,15 @@ def recommend(
         answer.model = model_summary(constraints.fit, answer.group)
         answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
     if compare_groups and answer.recommendation is not None and not predicted:
-        never = rules.flowchart["evidence"].get("answer_never", [])
-        eligible = [g for g in answer.other_groups if g.id not in chosen.unmatched and g.source not in never]
+        prefs = rules.flowchart["evidence"]
+        never = prefs.get("answer_never", [])
+        eligible = [  # groups that could answer this question: not a particular model's (a base, fine-tuned)
+            g
+            for g in answer.other_groups
+            if g.id not in chosen.unmatched
+            and g.source not in never
+            and not for_its_model_only(g, asked or Asked(), selector or Selector(), prefs)
+        ]
         answer.disagreements = disagreements(conn, rules, eligible, rules.metric(metric), constraints, answer)
     return answer
 
@@ -203,7 +218,7 @@ def _answer(
     if c.fit is not None and metric in PREDICTED:  # ranked by prediction: a group of its own
         ev = GroupEvidence(conn, group, rules)
         measure, value = PREDICTED[metric]
-        rows = full_rows(c.fit, rules).items()
+        rows = cell_rows(c.fit, rules).items()
         ev.use_prediction(metric, measure, {k: v for k, r in rows if (v := value(r)) is not None})
     else:
         cache = {} if evidence is None else evidence
@@ -236,8 +251,12 @@ def _from_evidence_that_has_one(
 ) -> Answer | None:
     """Where the best evidence has no configuration that fits the user's model (the paper's 1B Llama ran
     Adam, which an 8B model on one GPU cannot), the next eligible group that has one answers, and says why."""
-    never = rules.flowchart["evidence"].get("answer_never", [])
-    for group in chosen.others:
+    prefs = rules.flowchart["evidence"]
+    never = prefs.get("answer_never", [])
+    # a family's grids first; then a particular model's group (a base fine-tuned full and with LoRA), whose
+    # LoRA may be what fits where no full fine-tuning does
+    particular = [g for g in chosen.others if for_its_model_only(g, Asked(), Selector(), prefs)]
+    for group in [g for g in chosen.others if g not in particular] + particular:
         if group.id in chosen.unmatched or group.source in never:
             continue
         rest = [chosen.group] + [g for g in chosen.others if g is not group]
@@ -245,7 +264,12 @@ def _from_evidence_that_has_one(
         if answer.recommendation is not None:
             answer.notes.append(
                 f"The best evidence ({chosen.group.label}) has no {metric} figure for a configuration that fits "
-                f"your model; this answer is from the best evidence that has one."
+                f"your model; this answer is from the best evidence that has one"
+                + (
+                    ": a small base pretrained here, fine-tuned in full and with LoRA."
+                    if group in particular
+                    else "."
+                )
             )
             return answer
     return None
@@ -518,7 +542,7 @@ def _exclusion(ev: GroupEvidence, cell: Cell, c: Constraints, memory_checked: bo
     if c.strategies and cell.strategy not in c.strategies:
         return f"not in --strategy {', '.join(c.strategies)}"
     if c.fit is not None:
-        row = full_rows(c.fit, ev.rules).get((cell.optimizer, cell.strategy))
+        row = cell_rows(c.fit, ev.rules).get((cell.optimizer, cell.strategy))
         if row is not None and not row.fits:
             q = c.fit.question
             where = q.accelerator.name if q.accelerator else "the --memory budget"
@@ -558,31 +582,34 @@ def _memory_check(ev: GroupEvidence, c: Constraints, answer: Answer) -> bool:
     return False
 
 
-def full_rows(fit, rules: Rules) -> dict[tuple[str, str], object]:
-    """(optimizer, strategy) -> the best-ranked prediction of full fine-tuning without offload: what a cell of
-    the KB, which trained every weight on the accelerator, is. A measured arm (rules' `arms`) is predicted as
-    the strategy it stands for: the same step, another data budget."""
-    out: dict[tuple[str, str], object] = {}
+def cell_rows(fit, rules: Rules) -> dict[tuple[str, str], object]:
+    """(optimizer, strategy) of a KB cell -> the best-ranked prediction, without offload, of the configuration
+    the cell trained: full fine-tuning for a plain strategy and for a measured arm (predicted as the strategy
+    it stands for: the same step, another data budget), the adapter on its step for an adapter strategy
+    (rules' `as_fit`). The KB's cells trained every weight they trained on the accelerator."""
+    best: dict[tuple[str, str, str], object] = {}
     for r in fit.rows:  # ranked
-        if r.adapter.kind == "full" and r.offload == "none":
-            out.setdefault((r.optimizer, r.strategy), r)
-    for arm, base in rules.arms.items():
-        out |= {(o, arm): r for (o, s), r in list(out.items()) if s == base}
+        if r.offload == "none":
+            best.setdefault((r.adapter.kind, r.optimizer, r.strategy), r)
+    out: dict[tuple[str, str], object] = {}
+    for strategy in rules.strategies:
+        adapter, step = rules.as_fit(strategy)
+        out |= {(o, strategy): r for (a, o, s), r in best.items() if (a, s) == (adapter, step)}
     return out
 
 
 QUALITY_GAP = (
-    "Quality (loss) evidence in the KB covers full fine-tuning: the paper's optimizers, and Lion, Muon, "
-    "schedule-free AdamW and torchao's 8-bit AdamW against AdamW in the CPU reference grid (advisor fit "
-    "quotes it); LoRA and QLoRA against full fine-tuning, and 4-bit states, have none yet: those rows are "
-    "ranked by memory and speed, as predicted for your model."
+    "Quality (loss) evidence in the KB: the paper's optimizers, Lion, Muon, schedule-free AdamW and torchao's "
+    "8-bit AdamW against AdamW (the CPU reference grid), and LoRA against full fine-tuning on small bases "
+    "pretrained here (advisor fit quotes both); QLoRA and 4-bit states have none yet: those rows are ranked "
+    "by memory and speed, as predicted for your model."
 )
 
 
 def menu_summary(fit, metric: str) -> dict:
     """The fine-tuning menu for the user's model (advisor fit): the configuration a practitioner would pick,
     the best by this metric where a prediction decides it (memory, speed), and the ladder when nothing as
-    asked fits. Quality is evidence's alone, and the KB has it for full fine-tuning only."""
+    asked fits. Quality is evidence's alone: the KB's (QUALITY_GAP), which the rows quote as their trades."""
     fitting = fit.fitting
     best = None
     if metric == "memory":
@@ -610,6 +637,8 @@ def _menu_row(row) -> dict | None:
         "host_gb": round(row.host_gb, 4),
         "tokens_per_s": row.tokens_per_s,
         "trade": row.trade,
+        "adapter_trade": row.adapter_trade,
+        "adapter_evidence": row.adapter_evidence,
     }
 
 

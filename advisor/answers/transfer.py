@@ -69,9 +69,9 @@ def scale_pairs(conn: sqlite3.Connection, family: str | None = None) -> list[tup
     never = TUNING_SOURCES  # runs that chose rates (a run per rate, not per seed) are not evidence
     by_kind: dict[tuple, list[Group]] = {}
     for g in evidence_groups(conn, family=family):
-        if (
-            g.n_params and g.n_seeds > 1 and not g.own and g.source not in never
-        ):  # the reference grid's scales
+        if (  # the reference grid's scales; a particular model's group (preset custom: a base, fine-tuned) is none
+            g.n_params and g.n_seeds > 1 and not g.own and g.source not in never and g.preset != "custom"
+        ):
             by_kind.setdefault((g.family, g.source, g.hardware, g.protocol, g.data), []).append(g)
     pairs = []
     for groups in by_kind.values():

@@ -1,9 +1,10 @@
-"""The commands that make evidence on this machine: measure and validate. They import the measurement side
+"""The commands that make evidence on this machine: measure, validate and pretrain. They import the measurement side
 (torch, transformers) only once their arguments are parsed: `advisor --help` stays cheap."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -46,7 +47,9 @@ def preset_option(default: str):
     "--strategy",
     "strategies",
     "strategy",
-    "standard, checkpointing, accumulation, checkpointing+accumulation (repeatable). Default: the family's grid.",
+    "standard, checkpointing, selective-checkpointing, accumulation, checkpointing+accumulation, "
+    "accumulation-equal-samples, or lora (LoRA adapters on a pretrained model's frozen weights: a folder with "
+    "weights, e.g. from advisor pretrain) (repeatable). Default: the family's grid.",
 )
 @preset_option("small")
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs per cell (default: the preset's).")
@@ -80,11 +83,24 @@ def preset_option(default: str):
     "protocol.toml). paper: the paper's, for reproduction (training loss, one rate per model at preset paper).",
 )
 @click.option(
+    "--target-loss",
+    type=FiniteFloat(min=0, min_open=True),
+    help="Time to target: the held-out loss a run must reach (default: rules/protocol.toml's for the family "
+    "and preset). Set it for your own or a pretrained model, whose loss the rules' targets do not know.",
+)
+@click.option(
     "--tune-lr",
     is_flag=True,
     help="Choose each optimizer's learning rate first: a log grid around its default on a tuning seed, the "
     "best by held-out loss, tuned per effective batch (accumulation at its own batch; fair protocol only; the runs "
     "record the rate and the grid).",
+)
+@click.option(
+    "--decide",
+    is_flag=True,
+    help="After the grid: more seeds for its answers' close calls (a runner-up neither separated from the pick "
+    "nor equivalent to it), on both sides, where the seeds that would decide one are at most rules/protocol.toml "
+    "[deciding] max_seeds; the rest are listed with what they would need. Needs --seeds 2 or more.",
 )
 @click.option(
     "--order-seed",
@@ -168,6 +184,7 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
         advisor measure --model vit --preset tiny --epochs 2
         advisor measure --model all --preset small --seeds 3 --tune-lr --db my.sqlite
         advisor measure --model llama --preset tiny --data ./my_corpus.jsonl
+        advisor measure --model ./bases/llama-small --optimizer adamw --strategy standard --strategy lora --tune-lr
         advisor measure --model all --preset paper --seeds 3 --shard auto --db shard-$SLURM_ARRAY_TASK_ID.sqlite
         advisor measure --model all --preset paper --seeds 3 --plan --gpu H100 --workers 8 --workers 64
     """
@@ -249,6 +266,14 @@ def closing_lines(measured, db) -> str:
     lines += failure_causes(results)
     if measured.nothing_measured:
         return "\n".join(lines)
+    if measured.extra:
+        lines.append(f"--decide ran {counted(len(measured.extra), 'more seed cell')} for close calls.")
+    for call in measured.calls:  # what --decide left undecided
+        need = f"{call.needed} seeds per side would decide it" if call.needed else "no seed count decides it"
+        lines.append(
+            f"Still undecided, {call.family} {call.metric}: {' + '.join(call.other)} against the pick "
+            f"{' + '.join(call.pick)} at {call.seeds} seeds ({need})."
+        )
     done = sum(r.status == "ok" for r in results)
     first = grid.cells[0].config.model if grid.cells else "MODEL"
     ask = f" Ask: advisor recommend --model {first} --source measured" + (f" --db {db}" if db else "")
@@ -306,3 +331,55 @@ def validate(models, preset, db, as_json):
         console().print(validation_view([c.as_dict() for c in report.checks], report.hardware))
     if not report.passed:
         raise SystemExit(1)
+
+
+@click.command(context_settings=CONTEXT)
+@model_option(required=True, help="vit, modernbert, llama or nanovlm: the reference model to pretrain.")
+@preset_option("small")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="The folder to write the base into (default: bases/MODEL-PRESET in your data folder: advisor kb path).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    help="Optimizer updates, each on a fresh micro-batch (default: rules/protocol.toml [pretraining]).",
+)
+@click.option("--force", is_flag=True, help="Replace a base advisor pretrain wrote at --out before.")
+@json_option
+@domain_errors
+def pretrain(model, preset, out, steps, force, as_json):
+    """Pretrain a reference model here: a base to fine-tune, LoRA against full fine-tuning.
+
+    Adapters on a randomly initialised model measure nothing a fine-tune meets, so this trains the family's
+    reference model on the generated corpus of its first genres (rules/protocol.toml [pretraining]) and
+    saves it as a model folder. `advisor measure --model DIR` then fine-tunes it on every genre: the task's
+    format known, its other genres new. The folder's advisor-base.json records the recipe and the held-out
+    loss as it trained. About 2 minutes per model at --preset small on 2 CPU cores.
+
+    \b
+    Examples:
+        advisor pretrain --model llama --out bases/llama-small
+        advisor measure --model bases/llama-small --optimizer adamw --strategy standard --strategy lora --tune-lr --seeds 3
+        advisor recommend --model bases/llama-small --source measured --optimize loss
+    """
+    from advisor import api
+
+    say = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
+    record = api.pretrain(model, preset=preset, out=out, steps=steps, force=force, say=say)
+    if as_json:
+        echo_json(record)
+        return
+    first, last = record["curve"][0], record["curve"][-1]
+    click.echo(
+        f"Pretrained {record['model']} ({record['preset']}, {record['parameters']:,} parameters) for "
+        f"{record['recipe']['steps']} updates in {record['trained_s']:.0f} s: held-out loss "
+        f"{first['heldout_loss']:.3f} -> {last['heldout_loss']:.3f} on its {record['recipe']['genres']} genres, "
+        f"{first['task_loss']:.3f} -> {last['task_loss']:.3f} on every genre."
+    )
+    click.echo(f"Saved to {record['path']}. Fine-tune it, LoRA against full:")
+    click.echo(
+        f"  advisor measure --model {record['path']} --optimizer adamw --strategy standard --strategy lora "
+        "--tune-lr --seeds 3"
+    )

@@ -32,22 +32,35 @@ NF4_BLOCK = 64  # bitsandbytes' 4-bit block size; double quantization groups 256
 NESTED_BLOCK = 256
 
 
-def lora_config(adapter: Adapter):
-    """peft's LoraConfig for the adapter (peft's defaults besides rank, alpha and targets)."""
+def lora_config(adapter: Adapter, heads: tuple[str, ...] = ()):
+    """peft's LoraConfig for the adapter (peft's defaults besides rank, alpha and targets); `heads`: modules
+    trained in full beside the adapters (peft's modules_to_save)."""
     from peft import LoraConfig
 
     targets = list(adapter.targets) if adapter.targets else "all-linear"
-    return LoraConfig(r=adapter.r, lora_alpha=adapter.alpha, target_modules=targets)
+    save = list(heads) or None
+    return LoraConfig(r=adapter.r, lora_alpha=adapter.alpha, target_modules=targets, modules_to_save=save)
 
 
-def adapted(model, adapter: Adapter, dtype: str, mode=None):
-    """The model with LoRA adapters (only they train), in fp32 (peft's default) unless training is pure bf16;
-    `mode`: the FakeTensorMode it was built under."""
+def classifier_heads(model) -> tuple[str, ...]:
+    """A classifier's label head (a model without output embeddings, with a `classifier` or `score` layer, as
+    peft names them): what a LoRA fine-tune to new labels trains in full, as peft's image- and
+    sequence-classification recipes do (modules_to_save); none for a language model, whose output layer
+    is its embeddings."""
+    if model.get_output_embeddings() is not None:
+        return ()
+    return tuple(n for n in ("classifier", "score") if isinstance(getattr(model, n, None), nn.Module))
+
+
+def adapted(model, adapter: Adapter, dtype: str, mode=None, heads: tuple[str, ...] = ()):
+    """The model with LoRA adapters (only they train, and `heads` in full), in fp32 (peft's default) unless
+    training is pure bf16; `mode`: the FakeTensorMode it was built under."""
     from peft import get_peft_model
 
     try:
         with mode or nullcontext(), no_fake_memo(mode) if mode is not None else nullcontext():
-            return get_peft_model(model, lora_config(adapter), autocast_adapter_dtype=dtype != "bf16")
+            config = lora_config(adapter, heads)
+            return get_peft_model(model, config, autocast_adapter_dtype=dtype != "bf16")
     except ValueError as e:
         if any(s in str(e) for s in ("not found in the base model", "Target modules", "is not supported")):
             names = sorted(

@@ -49,6 +49,10 @@ DATA_DEFAULTS = dict(
 # per epoch (k times fewer updates), the fair protocol's arm that separates accumulation from its data budget.
 EQUAL_SAMPLES = "accumulation-equal-samples"
 ACCUMULATING = ("accumulation", "checkpointing+accumulation", EQUAL_SAMPLES)
+# Strategies that train LoRA adapters on a frozen base (rules/families.toml `adapters`), and the fields only
+# they read: a run of any other strategy stores none of them, so its cell keeps the key it had before them.
+ADAPTING = ("lora",)
+ADAPTER_FIELDS = ("lora_r", "lora_alpha")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class RunConfig:
     steps_per_epoch: int | None = None
     batch_size: int | None = None  # micro-batch size; None: the preset's (paper: the paper's per model)
     accumulation_steps: int = 4  # micro-batches per optimizer step with accumulation (the paper: 4)
+    lora_r: int = 16  # strategy lora: LoRA's rank (peft's r), on every linear layer of the blocks
+    lora_alpha: int = 32  # strategy lora: LoRA's scaling numerator (peft's lora_alpha)
     lr: float | None = (
         None  # None: the paper's per-model rate (paper protocol and preset), else the optimizer's
     )
@@ -118,9 +124,12 @@ class RunConfig:
         return replace(self, **{k: v for k, v in fill.items() if getattr(self, k) is None})
 
     def as_dict(self) -> dict:
-        """The config as a run stores (and its cell key hashes) it; the data fields at their defaults are left
-        out, so that a generated-data cell keeps the key it had before they existed (a re-run skips it)."""
+        """The config as a run stores (and its cell key hashes) it; the data fields at their defaults, and the
+        adapter's fields of a strategy that trains none, are left out, so that a cell keeps the key it had
+        before they existed (a re-run skips it)."""
         out = {k: v for k, v in asdict(self).items() if k not in DATA_DEFAULTS or v != DATA_DEFAULTS[k]}
+        if self.strategy not in ADAPTING:
+            out = {k: v for k, v in out.items() if k not in ADAPTER_FIELDS}
         if out["cgd_beta_max"] == math.inf:
             out["cgd_beta_max"] = "inf"  # JSON has no infinity
         if out["lr_grid"] is not None:

@@ -99,12 +99,13 @@ def load_heldout(family, shape, n_samples: int, split: str = "test"):
     return encoded(generated_rows(n_samples, seed), family, shape), source
 
 
-def generated_rows(n: int, seed: int):
-    """n generated examples as a `datasets.Dataset` in the roles the families read."""
+def generated_rows(n: int, seed: int, genres: int | None = None):
+    """n generated examples as a `datasets.Dataset` in the roles the families read; `genres`: of the first
+    that many genres only (advisor pretrain's corpus), else of every genre."""
     import datasets
 
     datasets.disable_progress_bars()
-    return datasets.Dataset.from_dict(_generated(n, seed)).rename_columns(GENERATED_ROLES)
+    return datasets.Dataset.from_dict(_generated(n, seed, genres)).rename_columns(GENERATED_ROLES)
 
 
 def encoded(raw, family, shape):
@@ -121,12 +122,15 @@ def heldout_batches(dataset, family, batch_size: int, shape: Shape = DEFAULT_SHA
         yield family.collate(rows, np.random.default_rng([EVAL_SEED, start]), shape)
 
 
-def _generated(n: int, seed: int) -> dict:
-    """n MM-IMDb-like examples: a plot of 1-4 sentences, a genre, a poster seed and a caption."""
+def _generated(n: int, seed: int, genres: int | None = None) -> dict:
+    """n MM-IMDb-like examples: a plot of 1-4 sentences, a genre (of the first `genres`, else of all), a poster
+    seed and a caption."""
+    if genres is not None and not 1 <= genres <= len(GENRES):
+        raise ValueError(f"genres must be 1 to {len(GENRES)}, not {genres}")
     rng = random.Random(seed)
     plots, labels, posters, captions, keep = [], [], [], [], []
     for _ in range(n):
-        label = rng.randrange(len(GENRES))
+        label = rng.randrange(genres or len(GENRES))
         sentences = [
             f"A {rng.choice(WORDS['adj'])} {rng.choice(WORDS['who'])} {rng.choice(WORDS['verb'])} "
             f"{rng.choice(WORDS['what'])} {rng.choice(WORDS['where'])}."

@@ -34,6 +34,14 @@ class HeldOut:
             self.source = f"{name}: {len(dataset)} held-out examples of its {view.split} split ({split})"
         self.batches = list(heldout_batches(dataset, family, batch_size, shape))
 
+    @classmethod
+    def of(cls, family, shape, dataset, batch_size: int, source: str = "given") -> HeldOut:
+        """A held-out set of examples already encoded (advisor pretrain's own genres)."""
+        out = cls.__new__(cls)
+        out.family, out.source = family, source
+        out.batches = list(heldout_batches(dataset, family, batch_size, shape))
+        return out
+
     def evaluate(self, model, device, dtype: str = "fp32") -> Evaluation:
         was_training = model.training
         model.eval()  # no dropout

@@ -7,6 +7,7 @@ Models are built from configs (random init) unless pretrained weights are on dis
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 
 from advisor.measuring.families import Family, Shape, family
@@ -24,6 +25,9 @@ class BuiltModel:
     pretrained: bool
     n_params: int
     name: str
+    base: dict | None = (
+        None  # what advisor pretrain recorded of the weights (advisor-base.json), if it made them
+    )
 
 
 def build_model(
@@ -49,7 +53,44 @@ def build_model(
         net, shape, pretrained = _user_model(model, fam, dropout, sizes or Sizes(), rules)
     net.train()
     n_params = sum(p.numel() for p in net.parameters())
-    return BuiltModel(net, fam, shape, pretrained, n_params, model.name)
+    return BuiltModel(
+        net, fam, shape, pretrained, n_params, model.name, base_record(model) if pretrained else None
+    )
+
+
+def base_record(model: ResolvedModel) -> dict | None:
+    """What a run records of a base advisor pretrain made: the recipe, the reference model and preset it
+    started from, its final held-out losses, where and with what it was trained (its advisor-base.json, less
+    the curve); None for weights from elsewhere, or a record that does not read."""
+    from advisor.measuring.pretraining import MARKER
+
+    path = model.config_path.parent / MARKER
+    try:
+        if path.stat().st_size > 1_000_000:  # a record is a few kB
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+        keep = ("model", "preset", "parameters", "recipe", "trained_s", "hardware", "versions")
+        out = {**{k: record[k] for k in keep}, "final": record["curve"][-1]}
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return out if _plain(out) else None  # it comes from a file: only short plain values reach the KB
+
+
+def _plain(value, depth: int = 0) -> bool:
+    """Whether a JSON value holds only finite numbers and short strings without markup or control
+    characters, nested at most three deep."""
+    if isinstance(value, dict):
+        return depth < 3 and all(_plain(k, depth) and _plain(v, depth + 1) for k, v in value.items())
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int | float):
+        return math.isfinite(value)
+    return (
+        isinstance(value, str)
+        and len(value) <= 200
+        and not any(c in value for c in "<>&")
+        and value.isprintable()
+    )
 
 
 def reference_config(fam: Family, preset: str, rules: Rules):
@@ -126,6 +167,15 @@ def reference_shape(model: ResolvedModel, preset: str, rules: Rules) -> tuple[Fa
     return fam, reference_config(fam, preset, rules)[1]
 
 
+def has_weights(model: ResolvedModel) -> bool:
+    """Whether a model is built with pretrained weights: a user's folder that holds them (a reference model,
+    or a config alone, is initialised at random)."""
+    if model.reference or model.config_path is None:
+        return False
+    folder = model.config_path.parent
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+
+
 def set_dropout(config, p: float) -> None:
     """Every dropout probability of a config (and its sub-configs) set to p."""
     for key, value in list(vars(config).items()):
@@ -142,9 +192,9 @@ def _user_model(model: ResolvedModel, fam: Family, dropout: float | None, sizes:
     if dropout is not None:
         set_dropout(config, dropout)
     cls = fam.model_class()
-    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
-    if has_weights:
+    pretrained = has_weights(model)
+    if pretrained:
         net = cls.from_pretrained(str(folder), config=config, local_files_only=True)
     else:
         net = from_config(cls, config)
-    return net, shape, has_weights
+    return net, shape, pretrained

@@ -42,7 +42,7 @@ from advisor.measuring.calibration import (
     preset_of,
     sizes_of,
 )
-from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.config import ADAPTING, GridCell, RunConfig
 from advisor.measuring.families import family
 from advisor.measuring.hardware import describe, resolve_device
 from advisor.measuring.history import (
@@ -452,7 +452,7 @@ def _fit_questions(cells: list[GridCell], acc, rules: Rules) -> dict[tuple, tupl
     groups: dict[tuple, tuple[GridCell, set[tuple[str, str]]]] = {}
     for cell in cells:
         cfg = cell.config
-        strategy = rules.arms.get(cfg.strategy, cfg.strategy)  # a measured arm steps as its strategy does
+        strategy = rules.as_fit(cfg.strategy)[1]  # the step advisor fit predicts (the adapter is the shape's)
         groups.setdefault(_fit_shape(cfg), (cell, set()))[1].add((cfg.optimizer, strategy))
     out = {}
     for shape, (cell, pairs) in groups.items():
@@ -476,9 +476,10 @@ def _fit_rows(questions: dict[tuple, tuple], rules: Rules, cache) -> dict[tuple,
             answer = fit(asked, rules, cache, trace)
         except FitError as e:
             raise InputError(f"cannot plan {cell.config.model}: {e}", "--model") from e
-        rows.update({(*shape, r.optimizer, r.strategy): (r, answer.mfu) for r in answer.rows})
-    for arm, base in rules.arms.items():
-        rows |= {(*k[:-1], arm): v for k, v in list(rows.items()) if k[-1] == base}
+        for r in answer.rows:  # a cell's strategy, from the configuration of fit it trains (rules' as_fit)
+            for strategy in rules.strategies:
+                if rules.as_fit(strategy) == (r.adapter.kind, r.strategy):
+                    rows[(*shape, r.optimizer, strategy)] = (r, answer.mfu)
     return rows
 
 
@@ -502,15 +503,19 @@ def _fit_question(cell: GridCell, pairs: set[tuple[str, str]], rules: Rules):
         accumulation_steps=cfg.accumulation_steps,
         optimizers=tuple(sorted({o for o, _ in pairs})),
         strategies=tuple(sorted({s for _, s in pairs})),
-        adapters=("full",),  # what advisor measure trains
+        adapters=(
+            rules.as_fit(cfg.strategy)[0],
+        ),  # what advisor measure trains: full, or the shape's adapter
         offload=("none",),
     )
     return model, options
 
 
 def _fit_shape(cfg: RunConfig) -> tuple:
-    """What a fit question depends on besides the optimizer and strategy (a resolved cell)."""
+    """What a fit question depends on besides the optimizer and strategy (a resolved cell): one adapter each
+    (full, or an adapter strategy's), so that no question asks an optimizer for an adapter it does not train."""
     return (
+        cfg.strategy if cfg.strategy in ADAPTING else "full",
         cfg.model,
         cfg.preset,
         cfg.batch_size,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from advisor.measuring.config import GridCell
 from advisor.measuring.models import user_config
 from advisor.measuring.prediction import Spec, predict
-from advisor.prediction.step import tensor_peak
+from advisor.prediction.step import Adapter, tensor_peak
 from advisor.rules import Rules, gib
 
 MARGIN = 0.9  # of the memory available now: the process, data and other programs need the rest
@@ -34,12 +34,14 @@ _PREDICTED: dict[tuple, dict] = {}  # one trace per model and cell kind in a pro
 
 def _prediction(cell: GridCell, rules: Rules) -> dict:
     cfg = cell.config
-    key = (cell.model.config_hash, cfg.optimizer, cfg.strategy, cfg.device)
+    key = (cell.model.config_hash, cfg.optimizer, cfg.strategy, cfg.device, cfg.lora_r, cfg.lora_alpha)
     if key not in _PREDICTED:
         config, fam, shape = user_config(cell.model, rules)
         seq = shape.seq_len if cell.model.family.takes_text else None
-        spec = Spec(config, fam, seq, shape.image_size, "fp32", cfg.device)
-        strategy = rules.arms.get(cfg.strategy, cfg.strategy)  # a measured arm steps as its strategy does
+        # a measured arm steps as its strategy does; an adapter strategy is its adapter on its step
+        adapter, strategy = rules.as_fit(cfg.strategy)
+        lora = Adapter(adapter, r=cfg.lora_r, alpha=cfg.lora_alpha)
+        spec = Spec(config, fam, seq, shape.image_size, "fp32", cfg.device, lora)
         _PREDICTED[key] = predict(spec, [cfg.optimizer], [strategy])[(cfg.optimizer, strategy)]
     return _PREDICTED[key]
 

@@ -23,6 +23,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from advisor.rules import MEASURE_WORDS
+
 
 class Reporter:
     """Progress callbacks; the silent default. The CLI passes a rich one. `key` tells apart cells that run
@@ -257,14 +259,6 @@ def reporter_for(console: Console) -> Reporter:
     return PlainReporter(lambda line: print(line, file=console.file, flush=True))
 
 
-# The words for each measure, the same wherever a figure is shown (rules/metrics.toml names them too).
-MEASURE_WORDS = {
-    "eval_loss": "held-out loss",
-    "loss": "training loss (run mean)",
-    "gpu_mem_peak_gb": "GPU peak GB",
-    "tensor_peak_gb": "tensor peak GB",
-    "peak_rss_gb": "RSS growth GB",
-}
 LOSS_MEASURES = ("eval_loss", "loss")
 MEMORY_MEASURES = ("gpu_mem_peak_gb", "tensor_peak_gb", "peak_rss_gb")
 

@@ -6,6 +6,7 @@ into a KB; `price()` is `--plan`: their predicted cost, nothing trained."""
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from advisor.errors import Error, InputError
 from advisor.measuring.config import GridCell, RunConfig
 from advisor.measuring.dataset import check_cells, resolve
+from advisor.measuring.deciding import CloseCall, close_calls, more_seeds
 from advisor.measuring.grid import GridRun, run_grid
 from advisor.measuring.hardware import resolve_device
 from advisor.measuring.optimizers import missing_package
@@ -42,6 +44,7 @@ class MeasureRequest:
     data: str = "generated"  # --data: generated, mmimdb, a Hugging Face dataset id, or a local path
     fallback: bool = False  # --fallback: generated data when the hub cannot be reached
     tune_lr: bool = False  # --tune-lr: each optimizer's rate chosen first (fair protocol)
+    decide: bool = False  # --decide: after the grid, more seeds where they decide a close call (deciding.py)
     order_seed: int | None = None  # --order-seed: the shuffled order; None a fresh one, recorded
     executor: str = "local"  # --executor: local (one cell at a time here) | ray
     ray_address: str | None = None  # --ray-address: the cluster to join (None: start one here)
@@ -81,8 +84,21 @@ class MeasureRequest:
                 raise InputError(f"{flag} applies to --executor ray only.", flag)
         if self.executor == "ray" and not pricing:
             self._check_ray()
+        if self.decide and self.seeds < 2:
+            raise InputError(
+                "--decide adds seeds to close calls, which are judged on repeated seeds: pass --seeds 2 or more "
+                "(the reference grid: 3).",
+                "--decide",
+            )
+        if self.decide and pricing:
+            raise InputError("--decide adds seeds once the grid has run: drop it with --plan.", "--decide")
         if self.shard is None:
             return None
+        if self.decide:
+            raise InputError(
+                "--decide reads the whole grid's answers: run it unsharded, once the shards are merged.",
+                "--shard",
+            )
         if self.tune_lr:
             raise InputError(
                 "every shard would tune the same rates: tune once (advisor measure ... --tune-lr --seeds 1), "
@@ -90,6 +106,30 @@ class MeasureRequest:
                 "--shard",
             )
         return parse(self.shard)
+
+    def _check_adapters(self, rules: Rules) -> None:
+        """An adapter strategy fine-tunes pretrained weights: refused for a model built at random, where
+        adapters on a random base would measure nothing a fine-tune meets, and with an optimizer that does not
+        train adapters (rules/optimizers.toml `adapters`)."""
+        from advisor.measuring.models import has_weights
+
+        asked = [s for s in self.strategies if s in rules.adapters]
+        for name in self.optimizers if asked else ():
+            if asked[0] not in rules.optimizer_info[name].adapters:
+                raise InputError(
+                    f"--optimizer {name} trains {', '.join(rules.optimizer_info[name].adapters)} only "
+                    f"(rules/optimizers.toml), not --strategy {asked[0]}'s adapters: measure them apart.",
+                    "--optimizer",
+                )
+        for model in self.models if asked else ():
+            if not has_weights(model):
+                what = "is built from its config" if model.reference else "has no weights in its folder"
+                raise InputError(
+                    f"--strategy {asked[0]} fine-tunes pretrained weights, and {model.name} {what} (random "
+                    f"init). Pass a model folder with weights: your own, or a reference model pretrained here "
+                    f"(advisor pretrain --model {model.family.reference_model} --preset small --out DIR).",
+                    "--strategy",
+                )
 
     def _check_ray(self) -> None:
         if importlib.util.find_spec("ray") is None:
@@ -106,6 +146,7 @@ class MeasureRequest:
         """The cells this request runs: the grid with its data resolved once, here (the hub asked once, a
         download done before any cell starts) and checked against every model, then this shard's share."""
         shard = self.check()
+        self._check_adapters(rules)
         if self.executor == "local":
             try:  # a GPU asked for and absent is the user's to fix (a cluster's GPUs are not this host's)
                 resolve_device(self.base.device)
@@ -139,7 +180,16 @@ class MeasureRequest:
         if self.tune_lr:
             cells, tuned = tune(cells, grid.path, run, rules)
         ran = run(cells)
-        return Measured(grid, ran, tuned)
+        if not self.decide:
+            return Measured(grid, ran, tuned)
+        extra: list[CellResult] = []
+        for _ in range(rules.protocol["deciding"]["rounds"]):
+            more = more_seeds(cells, close_calls(grid.path, cells, rules), rules)
+            if not more:
+                break
+            extra += run(more)
+            cells = [*cells, *more]
+        return Measured(grid, ran, tuned, extra, close_calls(grid.path, cells, rules))
 
     def _runner(self, path: Path, rules: Rules, reporter: Reporter) -> Callable[[list[GridCell]], GridRun]:
         if self.executor == "ray":
@@ -157,6 +207,7 @@ class MeasureRequest:
         on each number of workers. Nothing is trained, and the data is not resolved: it does not change
         a step's cost."""
         shard = self.check(pricing=True)
+        self._check_adapters(rules)
         cells = plan_grid(self.models, rules, self.optimizers, self.strategies, self.seeds, self.base)
         if shard is not None:
             cells = shard.take(cells)
@@ -180,10 +231,12 @@ class Measured:
     grid: Grid
     ran: GridRun
     tuned: list[Tuned]
+    extra: list[CellResult] = field(default_factory=list)  # --decide's seeds, after the grid's
+    calls: list[CloseCall] = field(default_factory=list)  # --decide: the close calls left after it
 
     @property
     def results(self) -> list[CellResult]:
-        return list(self.ran)
+        return [*self.ran, *self.extra]
 
     @property
     def nothing_measured(self) -> bool:
@@ -198,6 +251,7 @@ class Measured:
             "cells_planned": self.grid.planned,
             "order_seed": self.ran.order_seed,
             "tuned": [t.as_dict() for t in self.tuned],
+            "close_calls": [c.as_dict() for c in self.calls],
             "results": [r.as_dict() for r in self.results],
         }
 
@@ -229,4 +283,16 @@ def request(models: tuple[ResolvedModel, ...], **options) -> MeasureRequest:
     if unknown:
         raise InputError(f"advisor measure takes no {', '.join(unknown)}.")
     base = RunConfig(**{k: v for k, v in options.items() if k in run and v is not None})
+    _check_values(base)
     return MeasureRequest(models=tuple(models), base=base, **{k: v for k, v in options.items() if k in mine})
+
+
+def _check_values(base: RunConfig) -> None:
+    """What the command line's types check, checked for the Python API too (advisor.measure(lora_r=0))."""
+    for name in ("lora_r", "lora_alpha"):
+        value = getattr(base, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a whole number of at least 1, not {value!r}.", name)
+    target = base.target_loss
+    if target is not None and not (isinstance(target, int | float) and 0 < target < math.inf):
+        raise InputError(f"target_loss must be a held-out loss above 0, not {target!r}.", "--target-loss")

@@ -193,9 +193,13 @@ def run_cell(
 
 def built_fields(config: dict, info: dict) -> dict:
     """The runs fields a built model adds (the trainer's on_built info): its size, whether it was
-    pretrained, and the data it trains on, into the run's config."""
+    pretrained, and the data it trains on, into the run's config, with the base's record where advisor
+    pretrain made the weights."""
+    base = {"base": info["base"]} if info.get("base") else {}
     return dict(
-        n_params=info["n_params"], pretrained=int(info["pretrained"]), config={**config, "data": info["data"]}
+        n_params=info["n_params"],
+        pretrained=int(info["pretrained"]),
+        config={**config, "data": info["data"], **base},
     )
 
 

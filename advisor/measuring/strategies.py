@@ -25,6 +25,7 @@ STRATEGIES = (
     "checkpointing+accumulation",
     "selective-checkpointing",
     "accumulation-equal-samples",  # accumulation at a plain step's samples per epoch (config.updates_per_epoch)
+    "lora",  # LoRA adapters on a frozen base (the trainer wraps the model: adapters.adapted), a plain step
 )
 # Selective checkpointing saves what is costly to recompute, the matrix products and attention (as
 # torchtitan's per-op policy does), and recomputes the rest (norms, activations, elementwise products).

@@ -46,6 +46,16 @@ def measured_step(model, optimizer, step: Callable[[Callable[[], None]], object]
     return out
 
 
+class _NoHook:
+    """A hook handle with nothing to remove (see StepPeakTracker)."""
+
+    def remove(self) -> None:
+        pass
+
+
+_NO_HOOK = _NoHook()
+
+
 def _step_peak_tracker():
     """A MemTracker that keeps only the step's peak, over the whole model (what a run stores). MemTracker
     also keeps each module's own peak, which costs every operator a pass over all modules and a deep copy:
@@ -60,5 +70,14 @@ def _step_peak_tracker():
                 if self._peak_mem.get(dev, 0) < snap[TOTAL]:
                     self._peak_mem[dev] = snap[TOTAL]
                     self._peak_mem_snap[dev] = dict(snap)  # category -> bytes: a flat copy is a whole one
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks: bool = True):
+            # A frozen parameter (LoRA's base) gets no gradient, and torch's tracker would register a
+            # gradient hook on it and raise ("cannot register a hook on a tensor that doesn't require
+            # gradient"): a handle that removes nothing tells it the hook is there. Its bytes still count.
+            for p in module.parameters():
+                if not p.requires_grad and self._param_to_grad_hook_handles.get(p) is None:
+                    self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
     return StepPeakTracker()

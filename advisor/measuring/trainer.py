@@ -94,7 +94,7 @@ class Trainer:
         preset = cfg.preset if cfg.preset != "custom" else "small"
         built = build_model(self.resolved, preset, self.rules, cfg.dropout, cfg.seed, self.sizes())
         self.built, self.family = built, built.family
-        self.model = built.model.to(self.device)
+        self.model = self.adapted(built.model.to(self.device))
         prepare(self.model, cfg.strategy)
         cgd = {}
         if cfg.optimizer == "cgd":
@@ -104,10 +104,22 @@ class Trainer:
                 restart_every=cfg.cgd_restart_every,
                 beta_max=cfg.cgd_beta_max,
             )
-        self.optimizer = make_optimizer(
-            cfg.optimizer, self.model.parameters(), cfg.lr, model=self.model, **cgd
-        )
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, but under an adapter
+        self.optimizer = make_optimizer(cfg.optimizer, trainable, cfg.lr, model=self.model, **cgd)
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
+
+    def adapted(self, model):
+        """The model as the strategy trains it: with LoRA adapters (peft) on its frozen weights for an adapter
+        strategy (rules/families.toml `adapters`), a classifier's label head trained in full beside them (its
+        new labels need it), else as built."""
+        adapter, _ = self.rules.as_fit(self.cfg.strategy)
+        if adapter == "full":
+            return model
+        from advisor.measuring.adapters import adapted, classifier_heads
+        from advisor.prediction.step import Adapter
+
+        lora = Adapter("lora", r=self.cfg.lora_r, alpha=self.cfg.lora_alpha)
+        return adapted(model, lora, self.cfg.dtype, heads=classifier_heads(model))
 
     def sizes(self):
         """What the run asks of the model's data shape: the flags, and the classes of the data's labels."""
@@ -181,7 +193,8 @@ class Trainer:
         dataset, self.heldout, data = self.datasets()
         if self.heldout is not None:
             self.clock = TargetClock(target_loss(cfg, self.family.name, self.rules))
-        self.on_built(dict(n_params=self.built.n_params, pretrained=self.built.pretrained, data=data))
+        built = self.built
+        self.on_built(dict(n_params=built.n_params, pretrained=built.pretrained, data=data, base=built.base))
         first = next(iter_batches(dataset, self.family, cfg, 0, self.built.shape))
         self.flops_per_position = forward_flops_per_position(
             self.model, self.family, first, self.device, cfg.dtype

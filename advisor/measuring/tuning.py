@@ -3,7 +3,8 @@
 For every (model, optimizer, sizes, effective batch) of a grid: a log grid of rates around the optimizer's
 default (rules/protocol.toml [tuning]), each trained once on a tuning seed no grid run uses, with the
 strategy that makes the cell's update (a plain step for checkpointing, accumulation's own k-micro-batch
-step for accumulation); the rate with the lowest final held-out loss wins. The tuning runs are stored
+step for accumulation, LoRA's adapters for lora; those tuned at their own batch or adapter start from the
+plain step's choice); the rate with the lowest final held-out loss wins. The tuning runs are stored
 under their own source (measured:tuning), so answers never rank them; the grid's runs record the rate
 chosen and the grid tried (config lr and lr_grid). Resumable like the grid: a tuning run already in the KB
 is not repeated, and the same runs choose the same rate.
@@ -84,11 +85,34 @@ def tune(
     rules: Rules,
 ) -> tuple[list[GridCell], list[Tuned]]:
     """Run the tuning grid (through `run`, e.g. the grid runner), choose each rate, and return the grid's
-    cells at their rates with the grid recorded, and what was chosen. A rate chosen at the grid's edge is
-    not a choice but a bound: the grid is extended a step beyond it (rules/protocol.toml `extend` times at
-    most) until the best lies inside, so that no tuned rate sits on the edge of what was tried."""
+    cells at their rates with the grid recorded, and what was chosen.
+
+    The plain step's rates first, on the whole log grid; a strategy tuned at its own batch (`[tuning.with]`)
+    then starts from the plain step's choice for the same model and optimizer: the rates of that grid
+    within `around` steps of it. A rate chosen at the edge of what was tried is not a choice but a bound:
+    the grid is extended a step beyond it (`extend` times at most) until the best lies inside."""
     keys = {tuning_key(c.config, rules): c.model for c in cells}
-    grids = {k: rates(k, rules) for k in keys}
+    default = rules.protocol["tuning"]["strategy"]
+    plain = {replace(k, strategy=default): m for k, m in keys.items()}  # where every own strategy starts
+    grids = {k: rates(k, rules) for k in plain}
+    chosen = _tuned(plain, grids, db_path, run, rules)
+    own = {k: m for k, m in keys.items() if k.strategy != default}
+    for k in own:
+        start = replace(k, strategy=default)
+        grids[k] = _around(chosen[start], grids[start], rules)
+    chosen |= _tuned(own, grids, db_path, run, rules)
+    out = []
+    for cell in cells:
+        key = tuning_key(cell.config, rules)
+        found = chosen[key]
+        tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=grids[key])
+        out.append(cell.with_config(**tuned))
+    return out, list(chosen.values())
+
+
+def _tuned(keys: dict, grids: dict, db_path: Path, run, rules: Rules) -> dict[RunConfig, Tuned]:
+    """Each key's rate: its grid trained on the tuning seed, then extended past an edge choice (`grids` grows
+    with what was tried)."""
     run([GridCell(replace(k, lr=lr), model) for k, model in keys.items() for lr in grids[k]])
     chosen = {k: _choose(k, grids[k], db_path) for k in keys}
     for _ in range(rules.protocol["tuning"].get("extend", 0)):
@@ -99,13 +123,17 @@ def tune(
         for k, lr in beyond.items():
             grids[k] = tuple(sorted((*grids[k], lr)))
             chosen[k] = _choose(k, grids[k], db_path)
-    out = []
-    for cell in cells:
-        key = tuning_key(cell.config, rules)
-        found = chosen[key]
-        tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=grids[key])
-        out.append(cell.with_config(**tuned))
-    return out, list(chosen.values())
+    return chosen
+
+
+def _around(start: Tuned, grid: tuple[float, ...], rules: Rules) -> tuple[float, ...]:
+    """The rates of the plain step's grid within `around` steps of its choice (the whole grid when it chose
+    none, or when `around` is not set): where a strategy tuned at its own batch starts."""
+    steps = rules.protocol["tuning"].get("around")
+    if start.lr is None or steps is None:
+        return grid
+    i = grid.index(start.lr)
+    return grid[max(0, i - steps) : i + steps + 1]
 
 
 def _beyond(found: Tuned, grid: tuple[float, ...], rules: Rules) -> float | None:

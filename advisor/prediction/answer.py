@@ -21,7 +21,7 @@ from advisor.kb.schema import connect_readonly
 from advisor.places import shipped_kb_path
 from advisor.prediction import accelerators, ranking
 from advisor.prediction.cache import PredictionCache, keys_of, software
-from advisor.prediction.quality import trade_notes
+from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
 from advisor.prediction.row import Row
 from advisor.prediction.sharding import (
@@ -143,7 +143,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     mfu, mfu_source = utilization(q, rules, cache.read)
     shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
-    trades = trade_notes(kbs, q, rules)
+    trades = Trades.read(kbs, q, rules)
     rows = ranking.ranked([_row(q, c, found[keys[bases[c]]], rules, mfu, trades) for c in q.configs])
     first = found[keys[bases[q.configs[0]]]]
     steps = ranking.ladder(rows)
@@ -165,7 +165,9 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
 SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 per node beyond 8
 
 
-def several_gpus(q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades) -> Row | None:
+def several_gpus(
+    q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades: Trades
+) -> Row | None:
     """The ladder's last rung: the configuration as asked (full fine-tuning, AdamW, no checkpointing) on the
     fewest accelerators that hold it, with ZeRO-2 or ZeRO-3 (composed from the pure-bf16 trace at hand:
     no new trace); None where no such trace is at hand or even 64 do not hold it."""
@@ -237,7 +239,7 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
     return low
 
 
-def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: dict[str, str]) -> Row:
+def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: Trades) -> Row:
     payload = per_rank(c, traced, q, rules)
     phase, gb = memory_at(q, payload, q.batch_size, rules)
     k = q.window(c.strategy)
@@ -272,10 +274,12 @@ def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades:
         code_of,
         info.adamw,
         info.bits,
-        trades.get(c.optimizer),
+        trades.optimizers.get(c.optimizer),
         volume["intra"] + volume["inter"],
         q.gpus,
         q.nodes,
+        trades.adapters.get(c.adapter),
+        trades.adapter_evidence.get(c.adapter),
     )
 
 

@@ -300,7 +300,7 @@ class Menu:
                 f"{sharding}: selective checkpointing and accumulation on request (--strategy)"
             )
             return tuple(s for s in self.rules.strategies if s in SHARDED_STRATEGIES)
-        return tuple(s for s in self.rules.strategies if s not in self.rules.arms)
+        return self.rules.fit_strategies
 
 
 def refused(sharding: str, adapter: str, dtype: str, optimizer: str, rules: Rules) -> str | None:
@@ -462,6 +462,12 @@ def _check_names(options: FitOptions, rules: Rules) -> None:
                 raise InputError(
                     f"--strategy {name} is a measured arm of {rules.arms[name]} (the same step, another data "
                     f"budget): for memory and speed ask for --strategy {rules.arms[name]}.",
+                    "--strategy",
+                )
+            if name in rules.adapters:
+                raise InputError(
+                    f"--strategy {name} is a measured strategy: advisor fit asks for it as --adapter {name} "
+                    f"--strategy {rules.adapters[name]}.",
                     "--strategy",
                 )
         for name in names:

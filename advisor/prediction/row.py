@@ -34,6 +34,10 @@ class Row:
     communication_bytes: float = 0.0  # a rank's collectives per optimizer step (within and across nodes)
     gpus: int = 1  # accelerators per node the configuration runs on
     nodes: int = 1
+    adapter_trade: str | None = (
+        None  # what its adapter (LoRA) gives up against full fine-tuning, with evidence
+    )
+    adapter_evidence: str | None = None  # of that, the KB's measured loss alone (None: the KB has none)
 
     optimizer = property(lambda self: self.config.optimizer)
     strategy = property(lambda self: self.config.strategy)
@@ -112,6 +116,8 @@ class Row:
             "tokens_per_s": self.tokens_per_s,
             "adamw_class": self.adamw,
             "trade": self.trade,
+            "adapter_trade": self.adapter_trade,
+            "adapter_evidence": self.adapter_evidence,
             "training_arguments": self._code[0],  # as --json prints it: parallelism_config as its fields
             "code": self.trainer_code,
         }

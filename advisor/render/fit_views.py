@@ -32,9 +32,13 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
     rows = answer.shown(everything)
     parts += [_fit_table(answer, rows), _memory_table(rows)]
     trades = {r.optimizer: r.trade for r in rows if r.trade}
-    if trades:
-        text = Text("What the other optimizers trade\n", style="bold")
-        for name, trade in trades.items():
+    adapters = {r.adapter.kind: r.adapter_trade for r in rows if r.adapter_trade}
+    if trades or adapters:
+        text = Text("What the other optimizers and the adapters trade\n", style="bold")
+        for name, trade in {
+            **trades,
+            **{"LoRA" if a == "lora" else a: t for a, t in adapters.items()},
+        }.items():
             text.append(f"• {name}: {trade}\n")
         parts.append(text)
     shown = answer.pick or answer.several or min(answer.rows, key=lambda r: r.total)

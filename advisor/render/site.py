@@ -483,7 +483,8 @@ def fit_section(traced: Traced, answers: list) -> dict:
 
 def fit_row(acc: Accelerator, a) -> dict:
     """An accelerator's row: fits or not, the largest micro-batch, the configuration advisor fit picks, its
-    memory and speed, where its memory peaks, and the code that runs it."""
+    memory and speed, where its memory peaks, what its adapter measured against full fine-tuning, and the
+    code that runs it."""
     if isinstance(a, str):
         return dict(key=acc.key, gpu=acc.name, memory=None, fits=None, note=a)
     shown = a.pick or a.several
@@ -508,6 +509,7 @@ def fit_row(acc: Accelerator, a) -> dict:
         total=f"{gib(shown.total):.1f} GiB" + (" per GPU" if shown.world > 1 else ""),
         speed=speed if shown.throughput else None,
         peak=phase_words(shown.peak_phase),
+        quality=shown.adapter_evidence,  # its adapter's measured loss against full fine-tuning, if any
         code=shown.trainer_code,
         launch=launch,
     )

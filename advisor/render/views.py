@@ -206,6 +206,9 @@ def menu_lines(menu: dict) -> str:
     best = menu["best_for_metric"]
     if best and best != menu["pick"]:
         lines.append(f"  best by this metric: {said(best)}")
+    measured = (menu["pick"] or {}).get("adapter_evidence")
+    if measured:
+        lines.append(f"  its adapter, measured: {measured}")
     lines.append(f"  {menu['quality']}")
     return "\n".join(lines)
 

@@ -200,42 +200,36 @@ def test_each_rate_is_tuned_with_the_strategy_that_makes_the_cells_update():
         "accumulation": "accumulation",
         "checkpointing+accumulation": "accumulation",
         "accumulation-equal-samples": "accumulation-equal-samples",
+        "lora": "lora",
     }
 
 
-def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_inside(tmp_path):
-    """--tune-lr on a held-out loss whose best rate lies two grid steps above the top of the grid: the grid
-    grows a step at a time past that edge, and the rate chosen is inside what was tried."""
+def fake_tuning(db, best: dict[str, float], tried: list):
+    """A grid runner that stores each tuning run as the grid would, its held-out loss a parabola in log rate
+    with its minimum at `best[strategy]`; every rate it trains is appended to `tried` as (strategy, rate)."""
     import math
 
     from advisor.kb import store
-    from advisor.measuring.config import GridCell
     from advisor.measuring.hardware import describe, resolve_device
     from advisor.measuring.runner import TUNING_SOURCE
-    from advisor.measuring.tuning import rates, tune, tuning_key
 
-    db = tmp_path / "tuning.sqlite"
     store.open_for_writing(db).close()
-    cell = GridCell(RunConfig(model="llama", preset="tiny", optimizer="sgd", device="cpu"), ref("llama"))
-    top = max(rates(tuning_key(cell.config, RULES), RULES))
-    best = top * 10  # two half-decade steps beyond the grid
-    tried = []
 
-    def fake_run(cells):  # the tuning runs, as the grid runner would store them (a loss curve in log rate)
+    def fake_run(cells):
         conn = store.open_for_writing(db)
         runs = []
         for c in cells:
             cfg = replace(c.config.resolved(), device=resolve_device(c.config.device))
-            tried.append(cfg.lr)
-            loss = 1.0 + (math.log10(cfg.lr) - math.log10(best)) ** 2
+            tried.append((cfg.strategy, cfg.lr))
+            loss = 1.0 + (math.log10(cfg.lr) - math.log10(best[cfg.strategy])) ** 2
             runs.append(
                 dict(
                     source=TUNING_SOURCE,
                     cell_key=cfg.cell_key(),
                     model="llama",
                     family="decoder",
-                    optimizer="sgd",
-                    strategy="standard",
+                    optimizer=cfg.optimizer,
+                    strategy=cfg.strategy,
                     preset="tiny",
                     seed=cfg.seed,
                     protocol="fair",
@@ -248,7 +242,44 @@ def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_in
         store.write_runs(conn, runs)
         conn.close()
 
+    return fake_run
+
+
+def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_inside(tmp_path):
+    """--tune-lr on a held-out loss whose best rate lies two grid steps above the top of the grid: the grid
+    grows a step at a time past that edge, and the rate chosen is inside what was tried."""
+    from advisor.measuring.config import GridCell
+    from advisor.measuring.tuning import rates, tune, tuning_key
+
+    db = tmp_path / "tuning.sqlite"
+    cell = GridCell(RunConfig(model="llama", preset="tiny", optimizer="sgd", device="cpu"), ref("llama"))
+    top = max(rates(tuning_key(cell.config, RULES), RULES))
+    best = top * 10  # two half-decade steps beyond the grid
+    tried = []
+    fake_run = fake_tuning(db, {"standard": best}, tried)
+
     (tuned_cell,), (chosen,) = tune([cell], db, fake_run, RULES)
     assert len(tried) == 5 + 3  # the grid, two steps up to the best, and one past it to see it is
     assert chosen.lr == pytest.approx(best, rel=0.01) and not chosen.at_edge
     assert tuned_cell.config.lr == chosen.lr and max(tuned_cell.config.lr_grid) > chosen.lr
+
+
+def test_accumulation_is_tuned_at_its_own_batch_from_the_plain_steps_choice(tmp_path):
+    """An accumulation cell's rate: the plain step's grid first (its choice is where accumulation starts),
+    then accumulation's own runs at the rates within `around` steps of that choice, extended past the top
+    where its best lies higher (a 4x batch takes a larger rate); the cell runs at accumulation's rate."""
+    from advisor.measuring.config import GridCell
+    from advisor.measuring.tuning import rates, tune, tuning_key
+
+    cfg = RunConfig(model="llama", preset="tiny", optimizer="sgd", strategy="accumulation", device="cpu")
+    grid = rates(tuning_key(replace(cfg, strategy="standard"), RULES), RULES)  # 0.01 ... 1
+    tried = []
+    fake_run = fake_tuning(tmp_path / "t.sqlite", {"standard": grid[2], "accumulation": grid[4]}, tried)
+    (cell,), chosen = tune([GridCell(cfg, ref("llama"))], tmp_path / "t.sqlite", fake_run, RULES)
+    assert [lr for s, lr in tried if s == "standard"] == list(grid)  # inside: no extension
+    own = [lr for s, lr in tried if s == "accumulation"]
+    assert own[:3] == list(grid[1:4])  # around = 1: a step either side of the plain step's choice
+    assert own[3] == pytest.approx(grid[4], rel=0.01) and len(own) == 5  # up to the best, and one past it
+    by = {t.strategy: t for t in chosen}
+    assert by["standard"].lr == grid[2] and by["accumulation"].lr == own[3] and not by["accumulation"].at_edge
+    assert cell.config.lr == own[3] and set(cell.config.lr_grid) == set(own)
