@@ -430,6 +430,8 @@ def _tests_against_best(
     comparisons = [ev.compare(metric.name, c.key, best_cell.key) for c, _ in ranked[1:]]
     tested = [i for i, cmp in enumerate(comparisons) if cmp is not None]
     adjusted = dict(zip(tested, holm([comparisons[i].test.p for i in tested]), strict=True))
+    by_p = sorted(tested, key=lambda i: comparisons[i].test.p)  # Holm multiplies the r-th smallest p by m - r
+    multiplier = {i: len(tested) - rank for rank, i in enumerate(by_p)}
     out = []
     for i, ((cell, stat), cmp) in enumerate(zip(ranked[1:], comparisons, strict=True)):
         equal = _equal(ev.rules, best_stat, stat)
@@ -437,7 +439,7 @@ def _tests_against_best(
         test["decided_by"] = _tie_break_test(ev, metric, best_cell, cell, alpha) if equal else None
         tied = (equal and test["decided_by"] is None) or (cmp is not None and adjusted[i] >= alpha)
         tied = tied or (cmp is None and _untestable(stat, best_stat))
-        test |= reading(ev.rules, metric, cmp, stat, best_stat, separated=not tied)
+        test |= reading(ev.rules, metric, cmp, stat, best_stat, not tied, multiplier.get(i, 1))
         out.append((test, tied))
     return out
 
@@ -455,10 +457,13 @@ def equivalence_margin(rules: Rules, metric: Metric) -> float:
     return float(margin)
 
 
-def reading(rules: Rules, metric: Metric, cmp, stat: Stat, versus: Stat, separated: bool) -> dict:
+def reading(
+    rules: Rules, metric: Metric, cmp, stat: Stat, versus: Stat, separated: bool, comparisons: int = 1
+) -> dict:
     """What a comparison with the pick says: 'equivalent' (TOST: the 90 % interval of the difference within
     ±margin of the pick's mean, even where a test separates them), 'different' (separated, and not within
-    the margin) or 'undecided', with the seeds per side that would decide it. A measure with no spread over seeds (memory) is compared exactly, without a t-test; one run
+    the margin) or 'undecided', with the seeds per side that would decide it (`comparisons`: Holm's multiplier
+    on this comparison, which asks a difference for more). A measure with no spread over seeds (memory) is compared exactly, without a t-test; one run
     per configuration says nothing about the spread, so it stays undecided unless the values are equal."""
     relative = equivalence_margin(rules, metric)
     margin = relative * abs(versus.mean)
@@ -472,7 +477,7 @@ def reading(rules: Rules, metric: Metric, cmp, stat: Stat, versus: Stat, separat
         else:  # one run each: no spread to tell a difference from noise, whatever the ranking separated
             out["reading"] = "equivalent" if diff == 0 else "undecided"
         return out
-    eq = tost(cmp.test, margin, different=separated)
+    eq = tost(cmp.test, margin, different=separated, comparisons=comparisons)
     out |= dict(interval90=list(eq.interval), seeds_needed=eq.seeds_needed, exact=cmp.test.se == 0)
     # equivalence first: a difference shown real but inside the margin (memory's exact 0.2 %) is practically none
     out["reading"] = "equivalent" if eq.equivalent else "different" if separated else "undecided"

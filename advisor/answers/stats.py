@@ -180,10 +180,14 @@ class Equivalence:
     seeds_needed: int | None  # per side, to decide at the observed difference and spread; None: decided
 
 
-def tost(test: TTest, margin: float, alpha: float = 0.05, different: bool = False) -> Equivalence:
+def tost(
+    test: TTest, margin: float, alpha: float = 0.05, different: bool = False, comparisons: int = 1
+) -> Equivalence:
     """TOST of a t-test's difference against ±margin; `different`: the difference test already rejected
-    equality (then no more seeds are asked for). Zero spread (a deterministic measure) is exact: the
-    interval is the difference itself, and no t quantile is read."""
+    equality (then no more seeds are asked for); `comparisons`: the multiplier Holm's correction puts on
+    this comparison's p (the seeds that would show a difference are counted at alpha / comparisons). Zero
+    spread (a deterministic measure) is exact: the interval is the difference itself, and no t quantile is
+    read."""
     d, se = test.difference, test.se
     half = 0.0 if se == 0 else t_quantile(test.dof, 1 - alpha) * se
     lo, hi = d - half, d + half
@@ -191,7 +195,9 @@ def tost(test: TTest, margin: float, alpha: float = 0.05, different: bool = Fals
     needed = None
     if not (equivalent or different) and se > 0:
         # to show equivalence, the interval must shrink inside the margin; to show a difference, off zero
-        gap, level = (margin - abs(d), 1 - alpha) if abs(d) < margin else (abs(d), 1 - alpha / 2)
+        gap, level = (
+            (margin - abs(d), 1 - alpha) if abs(d) < margin else (abs(d), 1 - alpha / 2 / comparisons)
+        )
         needed = seeds_to_decide(se * math.sqrt(test.per_side), gap, level, int(test.per_side))
     return Equivalence(margin, (lo, hi), equivalent, needed)
 
@@ -202,8 +208,8 @@ POWER = 0.8  # the chance a decision is made at the seeds asked for, if the obse
 def seeds_to_decide(sd: float, gap: float, level: float, have: int) -> int:
     """The fewest seeds per side n > have at which a comparison with per-seed spread `sd` decides with
     POWER (80 %) when the truth is what was observed: (t(level) + t(POWER)) * sd / sqrt(n) < gap, n - 1
-    degrees of freedom (conservative for Welch). MAX_SEEDS + 1 when not even that many would. Holm's
-    correction over several comparisons asks for more."""
+    degrees of freedom (conservative for Welch). MAX_SEEDS + 1 when not even that many would. Over several
+    comparisons, `level` carries Holm's correction (tost's `comparisons`)."""
 
     def decides(n: int) -> bool:  # the left side falls as n grows: the first n that decides is bisected
         return (t_quantile(n - 1, level) + t_quantile(n - 1, POWER)) * sd / math.sqrt(n) < gap
