@@ -94,11 +94,16 @@ def select_group(
     shipped = [g for g in kept if not g.own] or [  # the shipped group that answers, within --source if any
         g for g in evidence_groups(conn, family=family) if not g.own and g.source not in never
     ]
+    # a base's group, which steps aside for a family's grid below, sets no scale for the question either
+    shipped = [g for g in shipped if not for_its_model_only(g, asked, selector, prefs)] or shipped
     scale = asked.n_params or _reference_scale(shipped, asked, prefs)
     unmatched = {
         g.id: why for g in kept if g.own and (why := mismatch(g, asked, scale, selector, rules)) is not None
     }
-    groups = [g for g in kept if g.id not in unmatched and not for_its_model_only(g, asked, selector, prefs)]
+    matching = [g for g in kept if g.id not in unmatched]
+    # a base's group steps aside for a family's grid, but answers when it is all the evidence there is (a file
+    # read alone with --db, or --preset custom)
+    groups = [g for g in matching if not for_its_model_only(g, asked, selector, prefs)] or matching
     if not groups:
         raise NoEvidence(
             _no_group(family, source, selector, [g for g in kept if g.id in unmatched], unmatched)

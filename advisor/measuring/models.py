@@ -16,6 +16,8 @@ from advisor.measuring.tokenizer import carries_tokenizer, from_folder
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
+MARKER = "advisor-base.json"  # what makes a folder a base advisor pretrain wrote (and may replace)
+
 
 @dataclass
 class BuiltModel:
@@ -62,8 +64,6 @@ def base_record(model: ResolvedModel) -> dict | None:
     """What a run records of a base advisor pretrain made: the recipe, the reference model and preset it
     started from, its final held-out losses, where and with what it was trained (its advisor-base.json, less
     the curve); None for weights from elsewhere, or a record that does not read."""
-    from advisor.measuring.pretraining import MARKER
-
     path = model.config_path.parent / MARKER
     try:
         if path.stat().st_size > 1_000_000:  # a record is a few kB

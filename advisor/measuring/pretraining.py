@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from advisor.errors import InputError
+from advisor.measuring.models import MARKER
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
-MARKER = "advisor-base.json"  # what makes a folder a base advisor pretrain wrote (and may replace)
 WRITES = {MARKER, "config.json", "generation_config.json", "model.safetensors"}  # all a base folder holds
 HELDOUT_SEED = 20_021  # the pretraining corpus's own held-out examples: its genres, a seed of their own
 

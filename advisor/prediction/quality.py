@@ -24,9 +24,8 @@ class Trades:
 
     optimizers: dict[str, str] = field(default_factory=dict)
     adapters: dict[str, str] = field(default_factory=dict)
-    adapter_evidence: dict[str, str] = field(
-        default_factory=dict
-    )  # the measured part alone, where there is one
+    # of each adapter's trade, the measured part alone, where there is one
+    adapter_evidence: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, kbs: list[sqlite3.Connection], q: Question, rules: Rules) -> Trades:

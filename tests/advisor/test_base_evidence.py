@@ -68,3 +68,18 @@ def test_a_bases_group_answers_only_when_asked_for(invoke, kb_path):
     chosen = json.loads(invoke("recommend", "--arch", "decoder", "--group", group, "--json").output)
     assert chosen["evidence"]["model"] == BASE
     assert (chosen["recommendation"]["optimizer"], chosen["recommendation"]["strategy"]) == ("adamw", "lora")
+
+
+def test_a_base_that_is_all_the_evidence_answers_a_kb_read_alone(invoke, tmp_path):
+    """Stepping aside is for a family's grid: a file of a base's runs alone (--db) answers the family."""
+    db = tmp_path / "bases.sqlite"
+    conn = open_for_writing(db)
+    write_runs(
+        conn,
+        [base_run(s, k, v + s / 100, 2.0) for s in range(3) for k, v in (("standard", 1), ("lora", 0.9))],
+    )
+    conn.close()
+    result = invoke("recommend", "--arch", "decoder", "--optimize", "loss", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["evidence"]["model"] == BASE and out["recommendation"]["strategy"] == "lora"

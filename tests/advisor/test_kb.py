@@ -123,14 +123,11 @@ def test_stats_and_runs(invoke):
     stats = json.loads(invoke("kb", "stats", "--json").output)
     assert {"source": "paper:2608.08961", "runs": 51} in stats["by_source"]
     inputs = Path(__file__).parents[2] / "kb" / "inputs"
-    grid = sum(
-        len(json.loads((inputs / f"measured-cpu-{p}.json").read_text())["runs"]) for p in ("tiny", "small")
-    )
-    assert {"source": "measured", "runs": grid} in stats["by_source"]  # the reference grid, both scales
-    tuning = sum(
-        len(json.loads((inputs / f"measured-cpu-{p}-tuning.json").read_text())["runs"])
-        for p in ("tiny", "small")
-    )
+    parts = {p: len(json.loads(p.read_text())["runs"]) for p in inputs.glob("measured-cpu-*.json")}
+    assert len(parts) == 6  # the grid at two scales and LoRA's bases, each with its tuning runs
+    grid = sum(n for p, n in parts.items() if not p.name.endswith("-tuning.json"))
+    assert {"source": "measured", "runs": grid} in stats["by_source"]  # the reference measurements
+    tuning = sum(n for p, n in parts.items() if p.name.endswith("-tuning.json"))
     assert {"source": "measured:tuning", "runs": tuning} in stats["by_source"]  # the rates it tried
     assert set(stats["by_status"]) == {"ok", "diverged", "untrained"}  # the last two: tuning rates
     assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}

@@ -71,14 +71,18 @@ def test_lora_rows_quote_the_kbs_loss_against_full_fine_tuning_of_a_pretrained_b
     runs = [base_run(s, "standard", 2.0) for s in range(5)] + [base_run(s, "lora", 2.1) for s in range(5)]
     write_runs(conn, runs)
     conn.close()
-    rows = {r.adapter.kind: r for r in fitted(model).rows}
+    answer = fitted(model)
+    rows = {r.adapter.kind: r for r in answer.rows}
     lora = rows["lora"]
     assert lora.adapter_evidence.startswith("held-out loss 2.1 (+5.0 %) against full fine-tuning's 2 in ")
     assert "my-decoder-base" in lora.adapter_evidence and "(5 runs each)" in lora.adapter_evidence
     assert lora.adapter_trade.startswith("trains rank-r adapters on frozen weights")
     assert lora.adapter_trade.endswith(lora.adapter_evidence)
     assert rows["full"].adapter_trade is None and rows["full"].adapter_evidence is None
-    assert lora.as_dict()["adapter_evidence"] == lora.adapter_evidence
+    (listed,) = [c for c in answer.as_dict()["configurations"] if c["adapter"] == "lora"]
+    assert (
+        listed["adapter_evidence"] == lora.adapter_evidence and listed["adapter_trade"] == lora.adapter_trade
+    )
 
 
 def test_without_a_group_that_measured_both_an_adapter_quotes_no_group_of_yours(model, kb_path):

@@ -176,17 +176,17 @@ def test_pretrain_refuses_what_it_cannot_or_must_not_do(invoke, tmp_path, base):
     (mine / "notes.txt").write_text("keep me")
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    cases = [
-        (("--model", out), "is your own: pass its folder to advisor measure --model"),
-        (("--model", "llama", "--out", mine), "holds files advisor pretrain did not write"),
-        (("--model", "llama", "--out", out), "a base is already at"),
-        (("--model", "llama", "--out", a_file), "is not a folder"),
-        (("--model", "llama", "--steps", "0"), "0 is not in the range x>=1"),
-        (("--model", "gpt5"), "gpt5"),
+    cases = [  # a bad value is a usage error (2); a model that cannot be found is exit 1, as for measure
+        (("--model", out), 2, "is your own: pass its folder to advisor measure --model"),
+        (("--model", "llama", "--out", mine), 2, "holds files advisor pretrain did not write"),
+        (("--model", "llama", "--out", out), 2, "a base is already at"),
+        (("--model", "llama", "--out", a_file), 2, "is not a folder"),
+        (("--model", "llama", "--steps", "0"), 2, "0 is not in the range x>=1"),
+        (("--model", "gpt5"), 1, "cannot resolve model 'gpt5'"),
     ]
-    for args, says in cases:
+    for args, code, says in cases:
         result = invoke("pretrain", *args, "--preset", "tiny")
-        assert result.exit_code == 2, (args, result.output)
+        assert result.exit_code == code, (args, result.output)
         assert says in result.output and "Traceback" not in result.output, (args, result.output)
     assert (mine / "notes.txt").read_text() == "keep me" and a_file.read_text() == "x"
 

@@ -79,6 +79,15 @@ def recorded(text: str) -> list[str]:
     return re.findall(r"advisor: recorded [^\r\n]*", text)
 
 
+def printed(capsys, timeout: float = 15) -> list[str]:
+    """The recorded lines, once there is one: the watcher ends the run in the KB first, then prints its line."""
+    err, deadline = "", time.monotonic() + timeout
+    while not recorded(err) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        err += capsys.readouterr().err
+    return recorded(err)
+
+
 def command(line: str) -> list[str]:
     """The advisor command a recorded line names, as arguments of the command line (without `advisor`)."""
     return shlex.split(line.split("; see: ")[1])[1:]
@@ -195,7 +204,7 @@ def test_a_run_whose_exception_the_script_catches_ends_at_once_with_its_sentence
         and run["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
     )
     assert query(db, "SELECT epoch, steps FROM epochs WHERE run_id = ?", run["id"]) == [(0, 1)]
-    (line,) = recorded(capsys.readouterr().err)
+    (line,) = printed(capsys)
     assert line == (  # the KB named (--db), its group as read alone
         f"advisor: recorded run {run['id']} (oom: {run['model']} · adamw · standard · training loss "
         f"{query(db, 'SELECT loss FROM epochs')[0][0]:.4g}) in {db}, group 1; "
