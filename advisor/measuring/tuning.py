@@ -7,7 +7,8 @@ step for accumulation, LoRA's adapters for lora; those tuned at their own batch 
 plain step's choice); the rate with the lowest final held-out loss wins. The tuning runs are stored
 under their own source (measured:tuning), so answers never rank them; the grid's runs record the rate
 chosen and the grid tried (config lr and lr_grid). Resumable like the grid: a tuning run already in the KB
-is not repeated, and the same runs choose the same rate.
+is not repeated, on another host either where it trained (its loss reproduces: kb.lease.PORTABLE), and the
+same runs choose the same rate.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from pathlib import Path
 
 from rich.table import Table
 
+from advisor.kb.lease import on_this_hardware
 from advisor.kb.schema import connect_readonly
 from advisor.measuring.config import GridCell, RunConfig
 from advisor.measuring.hardware import describe, resolve_device
 from advisor.measuring.optimizers import DEFAULT_LR
 from advisor.measuring.runner import TUNING_SOURCE
 from advisor.rules import Rules
+
+HERE = on_this_hardware(TUNING_SOURCE)  # the tuning runs that stand for this host's
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,11 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
     try:
         for lr in grid:
             cfg = replace(replace(key, lr=lr).resolved(), device=device)
-            row = conn.execute(
+            row = conn.execute(  # this host's run first, else one that trained elsewhere (lease.PORTABLE)
                 "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
-                "FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND r.hardware = ? "
-                "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.id DESC LIMIT 1",
-                [TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware],
+                f"FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND {HERE} "
+                "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.hardware = ? DESC, r.id DESC LIMIT 1",
+                [TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware, hardware],
             ).fetchone()
             if row is None:
                 tried[lr] = "not run"

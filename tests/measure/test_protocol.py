@@ -1,6 +1,7 @@
 """The fair protocol and the honest measures: held-out loss, equal updates, time to target, "did not
 train", tensor peaks that obey physics, CPU utilization that cannot exceed the cores, contention."""
 
+import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -283,3 +284,42 @@ def test_accumulation_is_tuned_at_its_own_batch_from_the_plain_steps_choice(tmp_
     by = {t.strategy: t for t in chosen}
     assert by["standard"].lr == grid[2] and by["accumulation"].lr == own[3] and not by["accumulation"].at_edge
     assert cell.config.lr == own[3] and set(cell.config.lr_grid) == set(own)
+
+
+def test_a_tuning_run_that_trained_on_another_host_is_not_repeated_but_its_grid_runs_and_ooms_are(tmp_path):
+    """A tuning run is read for its held-out loss, which reproduces across CPUs: --tune-lr on a new host
+    chooses from what another host's runs found and claims none of them again; a grid run (its times are
+    the host's) and a tuning run that ran out of memory there are this host's to run."""
+    from advisor.kb import lease, store
+    from advisor.measuring.config import GridCell
+    from advisor.measuring.history import cells_done
+    from advisor.measuring.runner import TUNING_SOURCE
+    from advisor.measuring.tuning import _choose, rates, tuning_key
+
+    db = tmp_path / "t.sqlite"
+    key = tuning_key(GridCell(replace(TINY, model="llama", optimizer="sgd"), ref("llama")).config, RULES)
+    grid = rates(key, RULES)
+    elsewhere = "CPU: Another (2 cores)"
+
+    def stored(lr, source=TUNING_SOURCE, status="ok", loss=None):
+        cfg = replace(key, lr=lr).resolved()
+        metrics = [dict(name="eval_loss", value=loss, unit="nats/target")] if loss is not None else []
+        return dict(
+            **dict(source=source, cell_key=cfg.cell_key(), model="llama", family="decoder", optimizer="sgd"),
+            **dict(strategy="standard", preset="tiny", seed=cfg.seed, protocol="fair", hardware=elsewhere),
+            **dict(status=status, config={"lr": lr}, metrics=metrics),
+        )
+
+    conn = store.open_for_writing(db)
+    store.write_runs(conn, [stored(lr, loss=1 + abs(i - 1)) for i, lr in enumerate(grid[:-1])])
+    store.write_runs(conn, [stored(grid[-1], status="oom"), stored(grid[0], source="measured", loss=1.0)])
+    here = replace(key, lr=grid[1]).resolved()
+    assert _choose(key, grid, db).lr == grid[1]  # the other host's best, its oom not a loss
+    run = dict(stored(grid[1]), hardware="CPU: This one (2 cores)", status="running")
+    assert lease.claim_run(conn, run, lambda _: True) == (None, "ok")  # trained elsewhere: not again
+    for lr, source in ((grid[-1], TUNING_SOURCE), (grid[0], "measured")):  # its oom, a grid run: run here
+        run = dict(stored(lr, source=source), hardware="CPU: This one (2 cores)", status="running")
+        assert lease.claim_run(conn, run, lambda _: True)[0] is not None, (lr, source)
+    conn.close()
+    done = cells_done(sqlite3.connect(db), "CPU: This one (2 cores)")
+    assert (here.cell_key(), here.seed) in done and len(done) == len(grid) - 1
