@@ -52,26 +52,22 @@ def is_alive(
 # here. Whether it ran out of memory is the host's own, and a grid run's times are too.
 PORTABLE_SOURCES = ("measured:tuning",)
 PORTABLE = ("ok", "diverged", "untrained")
-
-
-def on_this_hardware(source: str) -> str:
-    """The SQL condition (one parameter: this host's hardware) under which a run of `source` stands for this
-    host's cell: its own runs, and for a portable source, what another host's run that trained found."""
-    if source in PORTABLE_SOURCES:
-        return f"(hardware = ? OR status IN ({', '.join(repr(s) for s in PORTABLE)}))"
-    return "hardware = ?"
+ON_THIS_HARDWARE = (  # SQL, one parameter (this host's hardware): the runs that stand for this host's cells
+    f"(hardware = ? OR (source IN ({', '.join(repr(s) for s in PORTABLE_SOURCES)}) "
+    f"AND status IN ({', '.join(repr(s) for s in PORTABLE)})))"
+)
 
 
 def claim_run(
     conn: sqlite3.Connection, run: dict, pid_alive: Callable[[str], bool]
 ) -> tuple[int | None, str | None]:
     """Insert `run` as `running`, with a lease, unless its cell (source, cell key, seed, hardware) already
-    has a final outcome or a live owner (a portable source's cell: one that trained on any hardware). Returns (run id, None), or (None, the status that makes the cell
-    done or taken)."""
+    has a final outcome or a live owner (a portable source's cell: one that trained on any hardware).
+    Returns (run id, None), or (None, the status that makes the cell done or taken)."""
     with transaction(conn):
         taken = conn.execute(
             "SELECT status, owner, lease_until, started_at FROM runs WHERE source = ? AND cell_key = ? AND "
-            f"seed = ? AND {on_this_hardware(run['source'])} "
+            f"seed = ? AND {ON_THIS_HARDWARE} "
             f"AND status IN ('running', {', '.join(repr(s) for s in FINAL)})",
             [run["source"], run["cell_key"], run["seed"], run["hardware"]],
         ).fetchall()

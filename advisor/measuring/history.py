@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb.lease import PORTABLE, PORTABLE_SOURCES
+from advisor.kb.lease import ON_THIS_HARDWARE
 from advisor.kb.reader import open_for_reading
 from advisor.kb.store import FINAL
 from advisor.measuring.config import RunConfig
@@ -96,13 +96,9 @@ def cells_done(read, hardware: str) -> set[tuple[str, int]]:
     KB measure writes, and the tuning runs that trained on another (lease.PORTABLE): it would skip them."""
     if read is None:
         return set()
-    marks = ",".join("?" * len(FINAL))
-    elsewhere = (
-        f"source IN ({','.join('?' * len(PORTABLE_SOURCES))}) AND status IN ({','.join('?' * len(PORTABLE))})"
-    )
     rows = read.execute(
-        f"SELECT cell_key, seed FROM runs WHERE status IN ({marks}) AND (hardware = ? OR ({elsewhere}))",
-        [*FINAL, hardware, *PORTABLE_SOURCES, *PORTABLE],
+        f"SELECT cell_key, seed FROM runs WHERE status IN ({','.join('?' * len(FINAL))}) AND {ON_THIS_HARDWARE}",
+        [*FINAL, hardware],
     ).fetchall()
     return {tuple(row) for row in rows}  # sqlite3.Row compares to no tuple
 

@@ -3,7 +3,8 @@ recorded (`run_cell`).
 
 A cell never stops the grid: out-of-memory, divergence and exceptions end that cell with status `oom`,
 `diverged` or `failed` and the grid goes on. Cells already `ok`, `oom` or `diverged` on this hardware (a
-tuning run that trained: on any, kb.lease.PORTABLE) are skipped (a re-run would repeat the outcome); `failed` ones are run again, and runs left `running` by a
+tuning run that trained: on any, kb.lease.PORTABLE) are skipped (a re-run would repeat the outcome);
+`failed` ones are run again, and runs left `running` by a
 process that died are marked `crashed` and run again. `train_cell` is the part that needs no KB: a remote
 worker can call it and hand back its outcome.
 """

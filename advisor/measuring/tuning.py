@@ -19,15 +19,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from advisor.kb.lease import on_this_hardware
+from advisor.kb.lease import ON_THIS_HARDWARE
 from advisor.kb.schema import connect_readonly
 from advisor.measuring.config import GridCell, RunConfig
 from advisor.measuring.hardware import describe, resolve_device
 from advisor.measuring.optimizers import DEFAULT_LR
 from advisor.measuring.runner import TUNING_SOURCE
 from advisor.rules import Rules
-
-HERE = on_this_hardware(TUNING_SOURCE)  # the tuning runs that stand for this host's
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
             cfg = replace(replace(key, lr=lr).resolved(), device=device)
             row = conn.execute(  # this host's run first, else one that trained elsewhere (lease.PORTABLE)
                 "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
-                f"FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND {HERE} "
+                f"FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND {ON_THIS_HARDWARE} "
                 "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.hardware = ? DESC, r.id DESC LIMIT 1",
                 [TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware, hardware],
             ).fetchone()
