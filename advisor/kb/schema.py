@@ -137,7 +137,9 @@ def check_readable(path: Path) -> None:
         raise KBError(f"cannot read {path}: permission denied.")
     with open(path, "rb") as f:
         header = f.read(16)
-    if path.stat().st_size and header != b"SQLite format 3\x00":
+    # judged on the bytes read, never on a second look at its size: a KB another process is creating grows
+    # between the two (an empty file, or the start of SQLite's header, is one being created)
+    if not b"SQLite format 3\x00".startswith(header):
         raise KBError(f"{path} is not an SQLite file, so not a knowledge base. Pass --db with an advisor KB.")
 
 
