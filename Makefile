@@ -41,7 +41,7 @@ kb: setup
 # The CPU reference measurements, four parts into three KBs, then exported into kb/inputs/ (the tuning runs as
 # their own source, never ranked) and the shipped KB rebuilt. Run it on a quiet machine (contended runs are
 # flagged), each KB on one host: its times are compared with each other. docs/measuring.md § The reference
-# measurements has each part's wall time (about 2 h 20 min in all on 2 cores).
+# measurements has each part's wall time (about 95 minutes in all on 2 cores, the shipped tuning runs reused).
 #   reference-small  the paper's grid at preset small, 3 seeds, rates tuned
 #   reference-menu   the fine-tuning menu's optimizers (Lion, schedule-free AdamW, Muon, torchao's 8-bit AdamW) and selective
 #                    checkpointing against the same group's AdamW, and accumulation at equal samples (the arm
@@ -52,6 +52,12 @@ kb: setup
 #                    rates tuned, into $(REF_LORA_DB)
 #   reference-tiny   the same grid at preset tiny: the second scale `advisor transfer` compares
 # `make reference` runs all four and says its wall time.
+# Rates: a tuning run's held-out loss stands for any host (kb.lease.PORTABLE; across this project's CPUs most
+# agree to about six digits, bench/results/cross-host-cpu.json), so each part starts from the shipped tuning runs
+# and tunes only the rates they lack; FRESH_TUNING=1 tunes every rate again here (tens of minutes more).
+FRESH_TUNING ?=
+# $(call tuned,INPUT,DB): the shipped tuning runs into a new KB, unless FRESH_TUNING is set or the KB exists
+tuned = test -n "$(FRESH_TUNING)" || test -f $(2) || $(BIN)/advisor kb import $(1) --db $(2)
 REF_TINY_DB ?= build/reference-tiny.sqlite
 REF = $(BIN)/advisor measure --model all --seeds 3 --tune-lr --order-seed 2026
 MENU_OPTIMIZERS = --optimizer lion_32bit --optimizer schedule_free_adamw --optimizer muon --optimizer adamw_torch_8bit
@@ -63,6 +69,7 @@ reference: setup
 
 reference-small: setup
 	mkdir -p build
+	$(call tuned,kb/inputs/measured-cpu-small-tuning.json,$(REF_DB))
 	$(REF) --preset small --db $(REF_DB)
 
 reference-menu: setup
@@ -102,12 +109,14 @@ reference-lora-pilot: bases
 	$(BIN)/python bench/lora_targets.py $(LORA_PILOT_DB)
 
 reference-lora: bases
+	$(call tuned,$(LORA_INPUTS)-tuning.json,$(REF_LORA_DB))
 	cd $(BASES) && $(LORA) $(LORA_TUNED) --model vit-small-pretrained --target-loss $(TARGET_vit)
 	cd $(BASES) && $(LORA) $(LORA_TUNED) --model modernbert-small-pretrained --target-loss $(TARGET_modernbert)
 	cd $(BASES) && $(LORA) $(LORA_TUNED) --model llama-small-pretrained --target-loss $(TARGET_llama)
 	cd $(BASES) && $(LORA) $(LORA_TUNED) --model nanovlm-small-pretrained --target-loss $(TARGET_nanovlm)
 reference-tiny: setup
 	mkdir -p build
+	$(call tuned,kb/inputs/measured-cpu-tiny-tuning.json,$(REF_TINY_DB))
 	$(REF) --preset tiny --db $(REF_TINY_DB)
 
 reference-export: setup

@@ -263,7 +263,9 @@ def _asked(resolved: ResolvedModel | None, fitted: FitAnswer | None):
     if resolved is None:
         return None
     size = fitted.n_params if fitted else resolved.approx_params
-    return Asked(None if resolved.reference else resolved.name, size)
+    if resolved.reference:
+        return Asked(None, size)
+    return Asked(resolved.name, size, resolved.config_hash)
 
 
 EVIDENCE = ("matching", "mine")  # --evidence: which of the user's own runs an answer may rank

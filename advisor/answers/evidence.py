@@ -54,10 +54,19 @@ class Selector:
 @dataclass(frozen=True)
 class Asked:
     """What an answer is about: the user's model (its name as the KB stores it, about how many parameters it
-    has), or, with neither, the family at the scale of the evidence that answers without the user's runs."""
+    has, the hash of its config.json), or, with none, the family at the scale of the evidence that answers
+    without the user's runs."""
 
     model: str | None = None
     n_params: int | None = None
+    config_hash: str | None = None
+
+    def names(self, g: Group) -> bool:
+        """Whether a group's runs are of the asked model: by its name, or by its config (the same config.json
+        reached by another path: build/bases/vit-small-pretrained and vit-small-pretrained)."""
+        return bool(self.model) and (
+            g.model == self.model or (self.config_hash is not None and g.config_hash == self.config_hash)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,7 @@ def for_its_model_only(g: Group, asked: Asked, selector: Selector, prefs: dict) 
     return (
         not g.own
         and g.preset in prefs.get("only_for_their_model", [])
-        and asked.model != g.model
+        and not asked.names(g)
         and selector.group != g.id
     )
 
@@ -129,7 +138,7 @@ def for_its_model_only(g: Group, asked: Asked, selector: Selector, prefs: dict) 
 def _rank_key(asked: Asked, prefs: dict):
     def rank(g: Group):
         return (
-            g.model == asked.model,
+            asked.names(g),
             g.own,  # the user's own runs that match the question, over anything shipped
             g.own and g.data not in ("generated", ""),  # of those, on their own (real) data over generated
             prefs["preset_rank"].get(g.preset, 1),
@@ -161,7 +170,7 @@ def mismatch(g: Group, asked: Asked, scale: int | None, selector: Selector, rule
     same model, or the same family at the question's scale or within rules' `match_scale_ratio` below it
     (or no shipped evidence to weigh it against). Else why it was passed over, with the flag that selects it."""
     ratio = rules.flowchart["evidence"]["match_scale_ratio"]
-    if selector.mine or selector.group == g.id or (asked.model and g.model == asked.model) or scale is None:
+    if selector.mine or selector.group == g.id or asked.names(g) or scale is None:
         return None
     if scale == UNKNOWN_SCALE:
         return (

@@ -151,6 +151,7 @@ class Pattern:
 IDENTIFIER = Pattern("a-z0-9", "a-z0-9_+.-", 48)  # an optimizer, a strategy, a preset as people type them
 SOURCE = Pattern("a-z0-9", "a-z0-9_+.:/@-", 100)  # 'paper:2608.08961', 'measured:tuning', 'trainer'
 KEY = Pattern("A-Za-z0-9", "A-Za-z0-9_.:-", 100, required=False)  # a uid or cell key (hashes)
+CONFIG_HASH = Pattern("0-9a-f", "0-9a-f", 64, required=False)  # a sha256 in hex: a group's model config
 
 
 @dataclass(frozen=True)
@@ -512,6 +513,7 @@ def _checks(db: str, rules: Rules | None) -> list[tuple[str, str, dict[str, str]
             {
                 **{c: runs[c].broken(f"g.{c}") for c in group_cols},
                 "n_params": runs["n_params"].broken("g.n_params"),
+                "config_hash": CONFIG_HASH.broken("g.config_hash"),
             },
             "g.id",
         ),

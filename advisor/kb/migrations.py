@@ -488,3 +488,19 @@ def _name_trainer_models(conn: sqlite3.Connection) -> None:
         if isinstance(built, dict) and not built.get("_name_or_path") and model == built.get("model_type"):
             digest = hashlib.sha256(json.dumps(built, sort_keys=True, default=str).encode()).hexdigest()
             conn.execute("UPDATE runs SET model = ? WHERE id = ?", [f"{model} config {digest[:8]}", run_id])
+
+
+@migration
+def m0011_group_config_hash(conn: sqlite3.Connection) -> None:
+    """A group's model by its config too: the sha256 of the config.json its runs record
+    (`config.model_config_hash`), so that a user's model matches its runs by content, not by the path typed."""
+    execute(
+        conn,
+        """
+        -- the config hash a run of the group records (advisor measure of a user's model, config
+        -- model_config_hash); NULL for a reference model, the paper's runs and a source that does not say.
+        -- Not part of the group's key: the model's name is, as before. Set by advisor/kb/summaries.py
+        ALTER TABLE groups ADD COLUMN config_hash TEXT;
+        """,
+    )
+    summaries.rebuild(conn)

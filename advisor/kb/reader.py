@@ -45,6 +45,7 @@ class Group:
     )
     data: str = ""  # 'generated', 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:…'; '' not stated
     id: int | None = field(default=None, compare=False)  # the KB's groups.id (local to one KB)
+    config_hash: str | None = field(default=None, compare=False)  # a user's model's config.json, hashed
 
     @property
     def kind(self) -> str:
@@ -199,7 +200,7 @@ def evidence_groups(
     where = [w.replace("source", "g.source", 1) if w.startswith("source") else f"g.{w}" for w in where]
     sql = (
         "SELECT g.source, g.hardware, g.preset, g.model, g.family, sum(c.n), max(c.n), g.n_params, g.protocol, "
-        "g.data, g.id FROM groups g JOIN (SELECT grp, optimizer, strategy, sum(n) AS n FROM cell_status "
+        "g.data, g.id, g.config_hash FROM groups g JOIN (SELECT grp, optimizer, strategy, sum(n) AS n FROM cell_status "
         "GROUP BY grp, optimizer, strategy) c ON c.grp = g.id "
         + ("WHERE " + " AND ".join(where) if where else "")
         + " GROUP BY g.id ORDER BY g.family, g.source, g.hardware, g.preset, g.model, g.protocol, g.data"

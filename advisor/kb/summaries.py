@@ -28,6 +28,12 @@ DATA_OF_UNSTATED = f"""CASE
     WHEN {_RECORDED} LIKE 'generated%' THEN 'generated'
     WHEN {_RECORDED} LIKE 'pranavmr/MM-IMDb%' THEN 'pranavmr/MM-IMDb (unpinned)'
     ELSE '' END"""
+# a user's model's config.json hash as measure records it (a text of 64 hex digits, else nothing)
+_HASH = "json_extract(r.config, '$.model_config_hash')"
+CONFIG_HASH = (  # the cheap test first: most runs (every reference model's) record none
+    f"(CASE WHEN instr(r.config, '\"model_config_hash\"') AND json_valid(r.config) AND typeof({_HASH}) = 'text' "
+    f"AND length({_HASH}) = 64 AND {_HASH} NOT GLOB '*[^0-9a-f]*' THEN {_HASH} END)"
+)
 SCALES = ("host_memory_gb", "accelerator_memory_gb")  # runs columns a measure may be scaled by (metrics.toml)
 TABLES = ("cell_status", "cell_stats", "seed_stats", "pair_stats")
 
@@ -85,7 +91,12 @@ def _assign_groups(conn: sqlite3.Connection) -> None:
         f"UPDATE runs SET grp = (SELECT g.id FROM groups g WHERE {same}) "
         "WHERE grp IS NULL AND id IN (SELECT id FROM temp.touched)"
     )
-    conn.execute(  # the group's model size: the largest a run states (sizes only grow: set once per build)
+    if "config_hash" in {r[1] for r in conn.execute("PRAGMA table_info(groups)")}:  # from migration 0011 on
+        conn.execute(  # the model's config hash, as a run of the group records it (the first that does)
+            f"UPDATE groups SET config_hash = (SELECT {CONFIG_HASH} {_TOUCHED} WHERE r.grp = groups.id AND "
+            f"{CONFIG_HASH} IS NOT NULL LIMIT 1) WHERE config_hash IS NULL AND id IN (SELECT DISTINCT r.grp {_TOUCHED})"
+        )
+    conn.execute(  # the model's size: the largest a run states (sizes only grow: set once per build)
         "UPDATE groups SET n_params = nullif(max(coalesce(n_params, 0), coalesce("
         f"(SELECT max(r.n_params) {_TOUCHED} WHERE r.grp = groups.id), 0)), 0) "
         f"WHERE id IN (SELECT DISTINCT r.grp {_TOUCHED})"

@@ -3,7 +3,8 @@
 The model built from its config as a cell builds it, its data, an evaluation, the FLOP count and the
 measured step timed as a cell runs them; one micro-batch's forward and backward under each kind of
 checkpointing the grid's strategies use (a window of k micro-batches is k of them), each optimizer's step
-alone, each line-searching optimizer's whole update with its passes counted; and the rest of a cell (its run
+alone, each line-searching optimizer's whole update with its passes counted, each update under an adapter
+(LoRA: peft's adapters on the frozen model, a few parameters to step) timed whole; and the rest of a cell (its run
 claimed, the KB's writes, the monitor) from one whole cell of two updates run into a temporary KB, less those
 parts. An update is its window of passes plus its optimizer's step: every optimizer × strategy is priced
 without timing each (advisor.measuring.plan prices the cells from it, where no past run does).
@@ -21,7 +22,7 @@ import torch
 
 from advisor.measuring.config import GridCell, RunConfig
 from advisor.measuring.history import SHAPE_FIELDS
-from advisor.measuring.trainer import clock  # the trainer's: a calibration times as a cell does
+from advisor.measuring.trainer import adapted_as_run, clock  # a calibration builds, times as cells do
 from advisor.rules import Rules
 
 # A calibration's timing: repeats until STEP_BUDGET_S is spent, at most MAX_TIMED, and their best kept:
@@ -49,6 +50,7 @@ class Calibration:
     searches: dict[str, tuple[float, float]]  # line-searching optimizer -> (its update at the base
     # strategy, timed whole; forward and backward passes per update, counted)
     optimizers: dict[str, float]  # each optimizer's construction, imports included (OPTIMIZER_BUILDS)
+    wholes: dict[tuple[str, str], float]  # (optimizer, adapter strategy) -> its update, timed whole
     rss_gb: float  # this process's resident memory after the steps (what a cell's process holds, at most)
     gflops: float | None  # model FLOPs per second the reference pair achieved
     wall_s: float  # what the calibration itself took
@@ -60,7 +62,10 @@ class Calibration:
 
     def step(self, optimizer: str, strategy: str) -> float:
         """Seconds per update: the strategy's window of passes and the optimizer's step; a line search's is
-        its own update at the base strategy plus the strategy's difference once per pass it makes."""
+        its own update at the base strategy plus the strategy's difference once per pass it makes; an
+        adapter's, its own update timed whole (its passes and its step are not a full model's)."""
+        if (optimizer, strategy) in self.wholes:
+            return self.wholes[(optimizer, strategy)]
         if optimizer in self.updates:
             return self.passes(strategy) + self.updates[optimizer]
         own, passes = self.searches[optimizer]
@@ -98,6 +103,7 @@ class Calibration:
             "windows": self.windows,
             "optimizer_steps": self.updates,
             "line_searches": {o: {"update_s": s, "passes": p} for o, (s, p) in self.searches.items()},
+            "whole_updates": {"+".join(k): v for k, v in self.wholes.items()},
             "optimizer_builds": self.optimizers,
             "rss_gb": self.rss_gb,
             "gflops": self.gflops,
@@ -143,7 +149,7 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
         lambda: forward_flops_per_position(built.model, built.family, first, device, cfg.dtype), device
     )
     eval_s, _ = _timed(lambda: heldout.evaluate(built.model, device, cfg.dtype), device)
-    stepper = _Stepper(built, cells, micro, device)
+    stepper = _Stepper(built, cells, micro, device, rules)
     stepper.time_all()
     calibration = Calibration(
         cell=f"{cfg.model}/{cfg.preset}, batch {cfg.batch_size}, {cfg.dtype}, {cfg.device}",
@@ -155,10 +161,11 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
         measured_step_s=stepper.measured_step(),
         reference=stepper.reference,
         passes_s=stepper.passes_s,
-        windows={s: _window(cfg, s) for s in stepper.strategies},
+        windows={s: _window(cfg, s) for s in stepper.kinds},
         updates=stepper.updates,
         searches=stepper.searches,
         optimizers={o: OPTIMIZER_BUILDS.get(o, 0.0) for o in stepper.optimizers},
+        wholes=stepper.wholes,
         rss_gb=stepper.rss_gb,
         gflops=None,
         wall_s=0.0,
@@ -253,37 +260,44 @@ OPTIMIZER_BUILDS: dict[str, float] = {}  # optimizer -> seconds of its first con
 
 class _Stepper:
     """Times the parts of an update on one built model: a fresh optimizer each time, the weights reset to
-    their initial values, each kind of checkpointing on its own copy of the model (warmed by one untimed
-    update)."""
+    their initial values, each kind of model (checkpointing, an adapter) on its own copy (warmed by one
+    untimed update)."""
 
-    def __init__(self, built, cells: list[GridCell], micro, device):
+    def __init__(self, built, cells: list[GridCell], micro, device, rules: Rules):
         from advisor.measuring.strategies import checkpointing_of
 
-        self.built, self.micro, self.device = built, micro, device
+        self.built, self.micro, self.device, self.rules = built, micro, device, rules
         self.configs: dict[tuple[str, str], RunConfig] = {}
         for cell in cells:  # grid order; a pair's first seed
             self.configs.setdefault((cell.config.optimizer, cell.config.strategy), cell.config)
         self.optimizers = list(dict.fromkeys(o for o, _ in self.configs))
         self.strategies = list(dict.fromkeys(s for _, s in self.configs))
-        self.kinds = {s: checkpointing_of(s) for s in self.strategies}  # None, full or selective
+        self.adapted = [s for s in self.strategies if rules.as_fit(s)[0] != "full"]
+        # the strategies timed by their passes: the full fine-tuning ones (standard alone: an instrument)
+        self.full = [s for s in self.strategies if s not in self.adapted] or ["standard"]
+        self.kinds = {  # (adapter, checkpointing) of each strategy: ('full', None), ('lora', None), ...
+            s: (rules.as_fit(s)[0], checkpointing_of(s)) for s in dict.fromkeys([*self.full, *self.adapted])
+        }
         self.initial = copy.deepcopy(built.model.state_dict())
-        self.models: dict[object, object] = {}  # kind of checkpointing -> its model
+        self.models: dict[object, tuple] = {}  # kind of model -> (it, its initial weights)
         self.warmed: set[int] = set()  # the models that took their first update
         self.passes_s: dict[str, float] = {}
         self.updates: dict[str, float] = {}
         self.searches: dict[str, tuple[float, float]] = {}
+        self.wholes: dict[tuple[str, str], float] = {}
         plain = [o for o in self.optimizers if not self._searches(o)]
-        self.reference = (plain[0] if plain else "sgd", self.strategies[0])  # sgd: a timing instrument
+        self.reference = (plain[0] if plain else "sgd", self.full[0])  # sgd: a timing instrument
         self.warm_s = 0.0  # the base model's first update, beyond a later one
         self.rss_gb = 0.0
 
     def time_all(self) -> None:
         """One micro-batch's passes under each kind of checkpointing (with the reference optimizer, its
-        step taken out), every plain optimizer's step alone (on the base model's gradients), and every
-        line-searching optimizer's whole update at the base strategy."""
+        step taken out), every plain optimizer's step alone (on the base model's gradients), every
+        line-searching optimizer's whole update at the base strategy, and every update under an adapter
+        whole (the base model's gradients are kept for the steps: its kind goes first, adapters last)."""
         plain, base = self.reference
         kinds: dict[object, float] = {}
-        for strategy in [base, *self.strategies]:  # the base model first: its gradients stay for the steps
+        for strategy in [base, *self.full]:
             if self.kinds[strategy] not in kinds:
                 kinds[self.kinds[strategy]] = self._time(plain, strategy, 1)[0]
         for optimizer in dict.fromkeys([plain, *self.optimizers]):
@@ -292,7 +306,11 @@ class _Stepper:
                 self.searches[optimizer] = self._time(optimizer, base, window)
             else:
                 self.updates[optimizer] = self._time_update(optimizer)
-        self.passes_s = {s: max(kinds[self.kinds[s]] - self.updates[plain], 0.0) for s in self.strategies}
+        self.passes_s = {s: max(kinds[self.kinds[s]] - self.updates[plain], 0.0) for s in self.full}
+        for optimizer, strategy in self.configs:
+            if strategy in self.adapted:
+                window = self.config(optimizer, strategy).window
+                self.wholes[(optimizer, strategy)] = self._time(optimizer, strategy, window)[0]
 
     def config(self, optimizer: str, strategy: str) -> RunConfig:
         """The pair's configuration (its first seed's), or another cell's with the pair set (an instrument)."""
@@ -303,7 +321,8 @@ class _Stepper:
         from advisor.measuring.optimizers import make_optimizer
 
         cfg = self.config(name, strategy)
-        return make_optimizer(name, model.parameters(), cfg.lr, model=model, **_cgd(cfg))
+        trainable = [p for p in model.parameters() if p.requires_grad]  # all, but under an adapter
+        return make_optimizer(name, trainable, cfg.lr, model=model, **_cgd(cfg))
 
     def _searches(self, name: str) -> bool:
         """Whether the optimizer line-searches (train_step then hands it a closure that reruns the window).
@@ -322,7 +341,7 @@ class _Stepper:
         from advisor.measuring.strategies import train_step
 
         model = self._model(strategy)
-        model.load_state_dict(self.initial)
+        model.load_state_dict(self._initial(model))
         opt, cfg = self._optimizer(optimizer, model, strategy), self.config(optimizer, strategy)
 
         def update():
@@ -353,17 +372,28 @@ class _Stepper:
         return min(times)
 
     def _model(self, strategy: str):
-        """The model of the strategy's kind of checkpointing: the built one, else a copy with it on."""
+        """The model of the strategy's kind: the built one, else a copy with its adapter and checkpointing on,
+        as a cell's trainer sets them up (advisor.measuring.trainer.Trainer.adapted, then prepare)."""
         from advisor.measuring.strategies import prepare
 
-        kind = self.kinds.get(strategy)
-        if kind is None:
+        kind = self.kinds[strategy]
+        if kind == ("full", None):
             return self.built.model
         if kind not in self.models:
             model = copy.deepcopy(self.built.model)
+            model = adapted_as_run(model, self.config(self._first(strategy), strategy), self.rules)
             prepare(model, strategy)
-            self.models[kind] = model
-        return self.models[kind]
+            self.models[kind] = (model, copy.deepcopy(model.state_dict()))
+        return self.models[kind][0]
+
+    def _initial(self, model) -> dict:
+        """The model's weights as first built (an adapted copy's keys are peft's)."""
+        found = [initial for m, initial in self.models.values() if m is model]
+        return found[0] if found else self.initial
+
+    def _first(self, strategy: str) -> str:
+        """The grid's first optimizer with the strategy (the reference's where none is: an instrument)."""
+        return next((o for o, s in self.configs if s == strategy), self.reference[0])
 
     def measured_step(self) -> float:
         """Seconds of the step a cell measures under PyTorch's MemTracker after its last epoch (advisor.

@@ -313,10 +313,14 @@ def _not_calibrated(cell: GridCell, rules: Rules) -> str | None:
     cfg = cell.config
     try:
         with torch.device("meta"):
-            built = build_model(cell.model, preset_of(cfg), rules, cfg.dropout, cfg.seed, sizes_of(cfg))
-    except Exception as e:  # the cells will report it; fit prices them meanwhile
-        return f"its model could not be built ({type(e).__name__}: {str(e)[:200]})"
-    need, free = 16 * built.n_params / 1e9, _available_bytes(cfg.device) / 1e9
+            n_params = build_model(
+                cell.model, preset_of(cfg), rules, cfg.dropout, cfg.seed, sizes_of(cfg)
+            ).n_params
+    except Exception as e:  # a folder with weights (a base) refuses the meta device: its config says its size
+        n_params = cell.model.approx_params
+        if not n_params:  # the cells will report it; fit prices them meanwhile
+            return f"its model could not be built ({type(e).__name__}: {str(e)[:200]})"
+    need, free = 16 * n_params / 1e9, _available_bytes(cfg.device) / 1e9
     if need > CALIBRATE_SHARE * free:
         return f"too large to step here ({need:.1f} GB of weights, gradients and moments; {free:.1f} GB free)"
     return None

@@ -109,17 +109,7 @@ class Trainer:
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
 
     def adapted(self, model):
-        """The model as the strategy trains it: with LoRA adapters (peft) on its frozen weights for an adapter
-        strategy (rules/families.toml `adapters`), a classifier's label head trained in full beside them (its
-        new labels need it), else as built."""
-        adapter, _ = self.rules.as_fit(self.cfg.strategy)
-        if adapter == "full":
-            return model
-        from advisor.measuring.adapters import adapted, classifier_heads
-        from advisor.prediction.step import Adapter
-
-        lora = Adapter("lora", r=self.cfg.lora_r, alpha=self.cfg.lora_alpha)
-        return adapted(model, lora, self.cfg.dtype, heads=classifier_heads(model))
+        return adapted_as_run(model, self.cfg, self.rules)
 
     def sizes(self):
         """What the run asks of the model's data shape: the flags, and the classes of the data's labels."""
@@ -373,6 +363,20 @@ class Trainer:
         trim_heap()
         if self.cfg.device == "cuda":
             torch.cuda.empty_cache()
+
+
+def adapted_as_run(model, cfg: RunConfig, rules: Rules):
+    """The model as the run's strategy trains it: with LoRA adapters (peft) on its frozen weights for an
+    adapter strategy (rules/families.toml `adapters`), a classifier's label head trained in full beside them
+    (its new labels need it), else as built. The cell's trainer and the plan's calibration both use it."""
+    adapter, _ = rules.as_fit(cfg.strategy)
+    if adapter == "full":
+        return model
+    from advisor.measuring.adapters import adapted, classifier_heads
+    from advisor.prediction.step import Adapter
+
+    lora = Adapter("lora", r=cfg.lora_r, alpha=cfg.lora_alpha)
+    return adapted(model, lora, cfg.dtype, heads=classifier_heads(model))
 
 
 def iter_batches(dataset, family, cfg: RunConfig, epoch: int, shape=None):

@@ -76,24 +76,12 @@ def test_the_reference_grid_is_the_fair_protocol_with_tuned_rates_and_three_seed
     assert tuning >= 5 * optimizers  # five rates or more per optimizer and model (more: a grid extended)
 
 
-# Measured before rules/protocol.toml [tuning.with] (2026-11-30): the shipped grids' accumulation cells and the
-# equal-samples arm took the plain step's rate. Re-measuring them (make reference-small reference-menu
-# reference-tiny, on one host) empties this; docs/measuring.md § The reference measurements says so.
-TUNED_AT_A_PLAIN_STEP = {
-    ("tiny", "accumulation"),
-    ("small", "accumulation"),
-    ("small", "accumulation-equal-samples"),
-}
-
-
 def test_every_grid_rate_was_tuned_at_the_cells_own_effective_batch_and_lies_inside_its_grid():
     """Each measured run's rate is the best of tuning runs made with the strategy that makes its update
     (accumulation with accumulation, checkpointing with a plain step, LoRA with its adapters: rules/protocol.toml
-    [tuning.with]), but the cells measured before that rule, and no chosen rate sits on the edge of the rates
-    tried, but Muon's on ViT (docs/measuring.md: a bound)."""
+    [tuning.with]), and no chosen rate sits on the edge of the rates tried, but Muon's on ViT (docs/measuring.md:
+    a bound)."""
     from advisor.measuring.tuning import tuning_strategy
-
-    plain = RULES.protocol["tuning"]["strategy"]
 
     tuned = defaultdict(set)  # (model, preset, optimizer, strategy tuned with) -> rates tried
     for r in figures(
@@ -103,13 +91,7 @@ def test_every_grid_rate_was_tuned_at_the_cells_own_effective_batch_and_lies_ins
     edge = set()
     for r in figures("SELECT model, preset, optimizer, strategy, config FROM runs WHERE source = 'measured'"):
         config = json.loads(r["config"])
-        before = (r["preset"], r["strategy"]) in TUNED_AT_A_PLAIN_STEP
-        key = (
-            r["model"],
-            r["preset"],
-            r["optimizer"],
-            plain if before else tuning_strategy(r["strategy"], RULES),
-        )
+        key = (r["model"], r["preset"], r["optimizer"], tuning_strategy(r["strategy"], RULES))
         assert config["lr"] in tuned[key] and set(config["lr_grid"]) == tuned[key], (key, config["lr"])
         if config["lr"] in (min(tuned[key]), max(tuned[key])):
             edge.add(key[:3])
@@ -216,18 +198,29 @@ def test_every_measured_flowchart_path_says_which_test_decided_it(invoke):
     ] * 4
 
 
-def test_the_shipped_groups_keep_the_ids_people_type():
-    """`--group 7` means what it meant: the paper's four, then each grid's tuning and measured groups by family,
-    small before tiny; a part added later (LoRA's bases) numbered after them (Makefile LORA_INPUTS)."""
-    models = [RULES.families[f].reference_model for f in ("encoder", "decoder", "vlm", "vision")]
-    grid = ("vit", "modernbert", "llama", "nanovlm")
-    expected = [("paper:2608.08961", m, "paper") for m in models] + [
-        (source, m, preset)
-        for preset in ("small", "tiny")
-        for source in ("measured:tuning", "measured")
-        for m in grid
+def test_the_shipped_groups_are_numbered_in_the_order_of_their_inputs():
+    """Ids people type follow the inputs' order: the paper's four, then each grid's tuning and measured groups by
+    family, small before tiny (tuning from each host that chose a rate: the plain step's on the AMD EPYC, the
+    accumulated ones' on the Xeon that measured the grid), then the part added later (LoRA's bases, named to
+    sort last: Makefile LORA_INPUTS). A new input file never renumbers the groups before it."""
+    from itertools import groupby
+
+    paper = [RULES.families[f].reference_model for f in ("encoder", "decoder", "vlm", "vision")]
+    grid = ["vit", "modernbert", "llama", "nanovlm"]
+    bases = [f"{m}-small-pretrained" for m in grid]
+    rows = figures("SELECT id, source, hardware, model, preset FROM groups ORDER BY id")
+    assert [r["id"] for r in rows] == list(range(1, len(rows) + 1))
+    blocks = [
+        (k, [(r["hardware"], r["model"]) for r in g])
+        for k, g in groupby(rows, lambda r: (r["source"], r["preset"]))
     ]
-    rows = figures("SELECT id, source, model, preset FROM groups ORDER BY id")
-    assert [(r["source"], r["model"], r["preset"]) for r in rows[: len(expected)]] == expected
-    assert [r["id"] for r in rows[: len(expected)]] == list(range(1, len(expected) + 1))
-    assert {r["preset"] for r in rows[len(expected) :]} == {"custom"}
+    assert [k for k, _ in blocks] == [
+        ("paper:2608.08961", "paper"),
+        *[(source, preset) for preset in ("small", "tiny") for source in ("measured:tuning", "measured")],
+        ("measured:tuning", "custom"),
+        ("measured", "custom"),
+    ]
+    for (_, preset), members in blocks:
+        models = {"paper": paper, "custom": bases}.get(preset, grid)
+        hosts = list(dict.fromkeys(h for h, _ in members))
+        assert members == [(h, m) for h in hosts for m in models], preset  # each host's groups by family

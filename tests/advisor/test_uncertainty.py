@@ -303,16 +303,22 @@ def test_a_seed_without_a_figure_flags_its_configuration(invoke, tmp_path):
 
 def test_a_tie_says_whether_it_is_equivalent_or_undecided(invoke):
     """On the shipped 3-seed reference grid: ties of held-out loss are undecided, each with the seeds that
-    would decide it (3 seeds rarely show a 1 % equivalence); memory, with no spread over seeds, is compared
-    exactly; one run each with equal values (the paper) reads as equivalent (test_recommend.py)."""
+    would decide it (3 seeds rarely show a 1 % equivalence), but where the 90 % interval of the difference
+    lies within the margin (ViT: AdamW against Adam, its decay barely felt in 32 updates); memory, with no
+    spread over seeds, is compared exactly; one run each with equal values (the paper) reads as equivalent
+    (test_recommend.py)."""
     out = json.loads(invoke("recommend", "--arch", "vision", "--source", "measured", "--json").output)
     tied = [a for a in out["alternatives"] if a["tied"]]
-    assert tied and {a["test"]["reading"] for a in tied} == {"undecided"}
+    readings = [a["test"]["reading"] for a in tied]
+    assert (
+        tied and set(readings) <= {"undecided", "equivalent"} and readings.count("undecided") > len(tied) / 2
+    )
     for a in tied:
         t = a["test"]
         lo, hi = t["interval90"]
         inside = -t["margin"] < lo and hi < t["margin"]
-        assert not inside and t["seeds_needed"] > 3 and t["margin_relative"] == 0.01
+        assert t["margin_relative"] == 0.01 and inside == (t["reading"] == "equivalent"), a
+        assert inside or t["seeds_needed"] > 3, a
     text = flat(invoke("recommend", "--arch", "vision", "--source", "measured").output)
     assert "undecided, not shown equivalent (up to" in text and "seeds per side would decide)" in text
     memory = json.loads(

@@ -220,6 +220,37 @@ def test_the_users_own_model_is_matched_by_its_name(invoke, no_db, tmp_path):
     assert not other["evidence"]["yours"] and other["question_parameters"] == PAPER_VIT
 
 
+def test_the_users_own_model_is_matched_by_its_config_wherever_it_is_typed_from(invoke, no_db, tmp_path):
+    """A model's runs are its evidence by the config.json they recorded, not the path as typed: the same
+    folder named from another directory (or copied) finds them; another config under the same name does not
+    (larger than the runs' 2x: matching by family and scale would take them)."""
+    bigger = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, intermediate_size=2048)
+    config = dict(model_type="vit", hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=128, image_size=32, patch_size=8)  # fmt: skip
+    here, there, edited = (tmp_path / d / "my-vit" for d in ("runs", "elsewhere", "edited"))
+    for folder, cfg in ((here, config), (there, config), (edited, config | bigger)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(cfg))
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
+
+    digest = resolve_model(str(here), load_rules()).config_hash
+    assert digest == resolve_model(str(there), load_rules()).config_hash
+    no_db.parent.mkdir(parents=True)
+    db = open_for_writing(no_db)
+    runs = [
+        smoke_run(s, o, loss, model="my-vit") for s in range(3) for o, loss in (("adam", 1.0), ("sgd", 2.0))
+    ]
+    write_runs(db, [r | {"preset": "custom", "config": {"model_config_hash": digest}} for r in runs])
+    db.close()
+    out = json.loads(invoke("recommend", "--model", there, "--json").output)
+    assert out["evidence"]["yours"] and out["evidence"]["model"] == "my-vit", "found by its config"
+    other = json.loads(invoke("recommend", "--model", edited, "--json").output)
+    assert not other["evidence"]["yours"], "another config under the same folder name is another model"
+    mine = next(g for g in other["other_evidence"] if g["yours"])
+    assert "not the model asked about" in mine["passed_over"]
+
+
 @pytest.mark.parametrize("how", ["--db", "ADVISOR_DB"])
 def test_naming_the_shipped_kb_as_the_one_to_write_is_refused(invoke, tmp_path, monkeypatch, how):
     other = tmp_path / "other.sqlite"

@@ -88,7 +88,7 @@ def test_close_calls_are_read_from_the_group_the_cells_wrote(tmp_path):
             metrics=[dict(name="eval_loss", value=loss, unit="nats/target")],
         )
 
-    db = tmp_path / "kb.sqlite"
+    db = tmp_path / "decide.sqlite"  # not kb.sqlite: conftest copies the shipped KB there
     conn = open_for_writing(db)
     losses = {"adam": (2.0, 2.1, 1.9), "adamw": (2.1, 2.3, 1.95)}
     runs = [run(s, o, v[s]) for o, v in losses.items() for s in range(3)]

@@ -110,6 +110,22 @@ def test_measure_fine_tunes_a_base_lora_against_full_into_one_evidence_group(bas
     assert [t[0] for t in targets] == [9.5, 9.5]  # --target-loss: time to target's loss, as asked
 
 
+def test_a_plan_prices_a_lora_cell_from_an_update_of_the_adapted_model(base, invoke, tmp_path):
+    """--plan on a fresh machine times a LoRA update whole, on the base with peft's adapters (their step is a
+    few parameters'), not as a full fine-tuning step; a grid of LoRA alone still calibrates."""
+    out, _ = base
+    args = ("--model", out, "--preset", "tiny", "--optimizer", "adamw", "--db", tmp_path / "new.sqlite")
+    for strategies in (("--strategy", "standard", "--strategy", "lora"), ("--strategy", "lora")):
+        result = invoke("measure", *args, *strategies, "--plan", "--json")
+        assert result.exit_code == 0, result.output
+        plan = json.loads(result.stdout)
+        (cal,) = plan["calibrations"]
+        assert set(cal["whole_updates"]) == {"adamw+lora"} and cal["whole_updates"]["adamw+lora"] > 0
+        cells = {c["strategy"]: c for c in plan["cells"]}
+        assert cells["lora"]["step_s"] == pytest.approx(cal["whole_updates"]["adamw+lora"])
+        assert plan["unknown_cost"] == 0
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_a_target_loss_that_is_no_loss_is_refused(value, invoke, tmp_path):
     result = invoke(
