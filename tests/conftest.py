@@ -122,6 +122,31 @@ def grid(models, optimizers, strategies, seeds, base, rules=None):
     )
 
 
+def measured_run(**changes) -> dict:
+    """A finished run of the tiny ViT under the fair protocol, as measure writes it, with `changes` applied."""
+    return (
+        dict(
+            source="measured",
+            model="vit",
+            family="vision",
+            optimizer="adam",
+            strategy="standard",
+            preset="tiny",
+            protocol="fair",
+            seed=0,
+            hardware="CPU: a test host",
+            device="cpu",
+            status="ok",
+            data="generated",
+            config={},
+            software={},
+            started_at="2026-12-01",
+            metrics=[],
+        )
+        | changes
+    )
+
+
 def kb_before(path, count):
     """A KB as an older advisor wrote it: its first `count` migrations, applied through sqlite-utils'
     Migrations as advisor did until it kept its own (the bookkeeping table is the same)."""

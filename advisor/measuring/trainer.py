@@ -94,7 +94,7 @@ class Trainer:
         preset = cfg.preset if cfg.preset != "custom" else "small"
         built = build_model(self.resolved, preset, self.rules, cfg.dropout, cfg.seed, self.sizes())
         self.built, self.family = built, built.family
-        self.model = self.adapted(built.model.to(self.device))
+        self.model = adapted_as_run(built.model.to(self.device), cfg, self.rules)
         prepare(self.model, cfg.strategy)
         cgd = {}
         if cfg.optimizer == "cgd":
@@ -107,9 +107,6 @@ class Trainer:
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, but under an adapter
         self.optimizer = make_optimizer(cfg.optimizer, trainable, cfg.lr, model=self.model, **cgd)
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
-
-    def adapted(self, model):
-        return adapted_as_run(model, self.cfg, self.rules)
 
     def sizes(self):
         """What the run asks of the model's data shape: the flags, and the classes of the data's labels."""

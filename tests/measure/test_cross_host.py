@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from advisor.kb.store import open_for_writing, write_runs
+from tests.conftest import measured_run
 
 BENCH = Path(__file__).parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the script imports bench/machine.py, as it does run from its folder
@@ -16,22 +17,11 @@ spec.loader.exec_module(cross_host)
 
 
 def run(hardware: str, optimizer: str, seed: int, lr: float, loss: float) -> dict:
-    return dict(
-        source="measured",
-        model="vit",
-        family="vision",
+    return measured_run(
         optimizer=optimizer,
-        strategy="standard",
-        preset="tiny",
-        protocol="fair",
         seed=seed,
         hardware=hardware,
-        device="cpu",
-        status="ok",
-        data="generated",
         config={"lr": lr},
-        software={},
-        started_at="2026-12-02",
         metrics=[dict(name="eval_loss", value=loss, unit="nats/target")],
     )
 

@@ -7,7 +7,7 @@ import pytest
 
 from advisor.measuring.config import RunConfig
 from advisor.measuring.deciding import CloseCall, _of, more_seeds
-from tests.conftest import RULES, grid
+from tests.conftest import RULES, grid, measured_run
 
 MAX = RULES.protocol["deciding"]["max_seeds"]
 
@@ -69,22 +69,11 @@ def test_close_calls_are_read_from_the_group_the_cells_wrote(tmp_path):
     hardware = describe(resolve_device("cpu"))["hardware"]
 
     def run(seed, optimizer, loss, data="generated"):
-        return dict(
-            source="measured",
-            model="vit",
-            family="vision",
+        return measured_run(
             optimizer=optimizer,
-            strategy="standard",
-            preset="tiny",
-            protocol="fair",
             seed=seed,
             hardware=hardware,
-            device="cpu",
-            status="ok",
             data=data,
-            config={},
-            software={},
-            started_at="2026-12-01",
             metrics=[dict(name="eval_loss", value=loss, unit="nats/target")],
         )
 
