@@ -19,13 +19,14 @@ from collections.abc import Callable
 import torch
 
 from advisor.measuring.config import GridCell, RunConfig
-from advisor.measuring.data import epoch_batches, load
+from advisor.measuring.data import epoch_batches, load, load_heldout
 from advisor.measuring.dataset import open_view
 from advisor.measuring.families import family
 from advisor.measuring.families.base import DEFAULT_SHAPE, Sizes
 from advisor.measuring.figures import EpochWork, epoch_row, peak_only, run_metrics
-from advisor.measuring.flops import Peaks, forward_flops_per_position, known_peak, positions
+from advisor.measuring.flops import forward_flops_per_position, known_peak, positions
 from advisor.measuring.heldout import HeldOut
+from advisor.measuring.memo import GridMemo, data_key, flop_key
 from advisor.measuring.models import build_model
 from advisor.measuring.monitor import Monitor, process_rss_gb
 from advisor.measuring.optimizers import make_optimizer
@@ -67,10 +68,10 @@ class Trainer:
         reporter: Reporter | None = None,
         on_built: Callable[[dict], None] | None = None,
         on_epoch: Callable[[dict], None] | None = None,
-        peaks: Peaks | None = None,
+        memo: GridMemo | None = None,
     ):
         self.cfg, self.resolved = cell.config, cell.model
-        self.peaks = {} if peaks is None else peaks  # the device peaks the grid measured: reused, added to
+        self.memo = GridMemo() if memo is None else memo  # what the grid worked out once: reused, added to
         self.reporter, self.rules = reporter or Reporter(), rules
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
@@ -126,16 +127,28 @@ class Trainer:
         cfg, shape = self.cfg, self.built.shape
         split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
         if self.view is None:
-            dataset, source = load(self.family, shape, cfg.train_examples, cfg.seed)
+            dataset, source = self.generated(cfg.train_examples, cfg.seed)
         else:
             dataset = self.view.training(self.family, shape, cfg.train_examples, cfg.seed)
             source = f"{cfg.data_id} ({self.view.split} split)"
         heldout = None
-        if cfg.protocol == "fair":
+        if cfg.protocol == "fair" and self.view is None:
+            examples, named = self.generated(cfg.eval_examples, split)
+            heldout = HeldOut.of(self.family, shape, examples, cfg.batch_size, named)
+        elif cfg.protocol == "fair":
             heldout = HeldOut(
                 self.family, shape, cfg.eval_examples, cfg.batch_size, split, self.view, cfg.data_id
             )
         return dataset, heldout, self.provenance(source, heldout)
+
+    def generated(self, examples: int, which: int | str):
+        """(dataset, source) of the generated corpus: the training set of seed `which`, or the held-out set
+        of split `which`; as the grid kept it from an earlier cell, else encoded now (and kept)."""
+        fam, shape = self.family, self.built.shape
+        key = data_key(fam.name, self.cfg.model, shape, examples, which)
+        if isinstance(which, str):
+            return self.memo.dataset(key, lambda: load_heldout(fam, shape, examples, which))
+        return self.memo.dataset(key, lambda: load(fam, shape, examples, which))
 
     def provenance(self, source: str, heldout) -> dict:
         """The data a run records: its identity, where it was read, how many examples of which split."""
@@ -183,10 +196,11 @@ class Trainer:
         built = self.built
         self.on_built(dict(n_params=built.n_params, pretrained=built.pretrained, data=data, base=built.base))
         first = next(iter_batches(dataset, self.family, cfg, 0, self.built.shape))
-        self.flops_per_position = forward_flops_per_position(
-            self.model, self.family, first, self.device, cfg.dtype
+        self.flops_per_position = self.memo.flops_of(
+            flop_key(cfg, self.resolved.config_hash, self.built.shape, first),
+            lambda: forward_flops_per_position(self.model, self.family, first, self.device, cfg.dtype),
         )
-        self.peak = known_peak(self.peaks, self.device, cfg.dtype, self.rules)
+        self.peak = known_peak(self.memo.peaks, self.device, cfg.dtype, self.rules)
         self.reporter.cell_start(cfg, self.steps_per_epoch * cfg.epochs)
         cap = None if self.device.type == "cuda" else cfg.memory_cap_gb
         with Monitor(memory_cap_gb=cap) as self.monitor:

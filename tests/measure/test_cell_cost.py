@@ -1,5 +1,6 @@
 """What a grid cell spends outside training (issue 25): the measured step's tracker keeps only the step's
-peak, with PyTorch's own figures; the device's peak is measured once per grid, not per cell."""
+peak, with PyTorch's own figures; the device's peak, the generated data and the FLOP count are worked out
+once per grid, not per cell (measuring.memo)."""
 
 import sqlite3
 from dataclasses import replace
@@ -68,6 +69,11 @@ def test_the_device_peak_is_measured_once_per_grid(tmp_path):
     ).fetchall()
     assert len(peaks) == 3 and len(set(peaks)) == 1, peaks
     assert "measured" in peaks[0][1]
+    # the first cell's data and FLOP count came back to the grid, for the cells after it (measuring.memo)
+    from advisor.measuring.isolation import _memo
+
+    kept = {k[-1] for k in _memo.data if k[:2] == ("vision", "vit")}
+    assert {0, "test"} <= kept and any(k[0] == "vit" and k[4] == "standard" for k in _memo.flops)
 
 
 @pytest.mark.slow
@@ -95,3 +101,72 @@ print(json.dumps(sorted(set(sys.modules) - before)))
     assert done.returncode == 0, done.stderr[-2000:]
     imported = json.loads(done.stdout.strip().splitlines()[-1])
     assert imported == [], imported
+
+
+def tiny_cell(optimizer: str, seed: int = 0, strategy: str = "standard") -> GridCell:
+    """A tiny ViT cell, resolved as run_cell resolves it."""
+    (cell,) = plan_grid(
+        [resolve_model("vit", RULES)],
+        RULES,
+        [optimizer],
+        [strategy],
+        1,
+        RunConfig(preset="tiny"),
+    )
+    cfg = cell.config.resolved()
+    return GridCell(replace(cfg, seed=seed, device=resolve_device(cfg.device)), cell.model)
+
+
+def test_a_cell_given_the_grids_memo_records_what_it_would_have_worked_out(monkeypatch):
+    """The second cell of a seed takes its data and FLOP count from what the first kept, computes neither,
+    and records the same figures, to the bit, as the same cell working them out alone."""
+    from advisor.measuring import trainer as trainer_module
+    from advisor.measuring.memo import GridMemo
+    from advisor.measuring.runner import train_cell
+
+    memo = GridMemo()
+    assert train_cell(tiny_cell("adam"), RULES, memo=memo, exiting=True).status == "ok"
+    assert len(memo.data) == 2 and len(memo.flops) == 1 and memo.peaks  # training + held-out, one shape
+    alone = train_cell(tiny_cell("adamw"), RULES, exiting=True)
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("worked out again, though the grid kept it")
+
+    for name in ("load", "load_heldout", "forward_flops_per_position"):
+        monkeypatch.setattr(trainer_module, name, recomputed)
+    given = train_cell(tiny_cell("adamw"), RULES, memo=memo, exiting=True)
+    assert given.status == alone.status == "ok"
+    for figure in ("model_flops", "loss", "eval_loss", "eval_accuracy"):
+        assert [e[figure] for e in given.epochs] == [e[figure] for e in alone.epochs], figure
+    assert given.epochs[0]["model_flops"] > 0
+
+
+def test_a_cell_of_another_seed_gets_only_the_held_out_set():
+    """Training sets are per seed: a cell of seed 1 is not given seed 0's, builds its own, and sends back
+    only what it added; a set over the size the grid ships (KEPT_BYTES) is built but not kept."""
+    from advisor.measuring import memo as memo_module
+    from advisor.measuring.runner import train_cell
+
+    memo = memo_module.GridMemo()
+    train_cell(tiny_cell("adam", seed=0), RULES, memo=memo, exiting=True)
+    given = memo.for_cell("vision", 1)
+    assert [k[-1] for k in given.data] == ["test"] and given.flops == memo.flops
+    assert memo.for_cell("decoder", 0).data == {}, "another family's sets never travel"
+    before = given.copy()
+    train_cell(tiny_cell("adam", seed=1), RULES, memo=given, exiting=True)
+    added = given.added_since(before)
+    assert [k[-1] for k in added.data] == [1] and not added.peaks
+    (seed0,) = [v for k, v in memo.data.items() if k[-1] == 0]
+    (seed1,) = added.data.values()
+    assert list(seed0[0]["label"]) != list(seed1[0]["label"])
+
+    small = memo_module.GridMemo()
+    key = memo_module.data_key("vision", "vit", "shape", 4, 0)
+    built = small.dataset(key, lambda: seed0)
+    assert built is seed0 and key in small.data
+    memo_module.KEPT_BYTES, kept = 0, memo_module.KEPT_BYTES
+    try:
+        other = memo_module.data_key("vision", "vit", "shape", 4, 1)
+        assert small.dataset(other, lambda: seed1) is seed1 and other not in small.data
+    finally:
+        memo_module.KEPT_BYTES = kept
