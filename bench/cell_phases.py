@@ -56,6 +56,7 @@ PHASES = [
     (trainer.Trainer, "setup", "setup: model build, strategy, optimizer"),
     (trainer, "load", "training data"),
     (trainer, "load_heldout", "held-out data"),
+    (HeldOut, "of", "held-out data"),  # its batches, collated by every cell
     (trainer, "forward_flops_per_position", "FLOP count"),
     (HeldOut, "evaluate", "held-out evaluations"),
     (trainer.Trainer, "train_epoch", "epochs (with their evaluations)"),

@@ -42,6 +42,7 @@ from advisor.measuring.families import family
 from advisor.measuring.hardware import pid_alive
 from advisor.measuring.memo import GridMemo
 from advisor.measuring.progress import ForwardingReporter, Reporter, replay
+from advisor.measuring.protocol import heldout_split
 from advisor.measuring.runner import CellOutcome, CellResult, run_cell, train_cell
 from advisor.rules import Rules
 
@@ -320,7 +321,13 @@ def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[Ce
 
 def _for(cell: GridCell) -> GridMemo:
     """What the grid kept that this cell can use (measuring.memo)."""
-    return _memo.for_cell(cell.model.family.name, cell.config.seed)
+    cfg = cell.config
+    return _memo.for_cell(cell.model.family.name, cfg.model, cfg.seed, heldout_split(cfg))
+
+
+def new_grid() -> None:
+    """A new grid begins: what the last one worked out of data and FLOPs is dropped (the device peak stays)."""
+    _memo.forget_work()
 
 
 def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, bool, object]:
@@ -459,8 +466,8 @@ def _cell_process(cell, db_path, rules, order, memo, pipe, watch, environ) -> No
             given = memo.copy()
             result = run_cell(cell, conn, rules, reporter, heartbeat, order=order, memo=memo, exiting=True)
         reporter.flush()
-        send(("memo", memo.added_since(given)))
         send(("result", result))
+        _send_memo(send, memo, given)
     except KeyboardInterrupt:
         send(("interrupted",))
         code = 130
@@ -485,14 +492,21 @@ def _train_process(cell, rules, memo, pipe, watch, environ) -> None:
             cell, rules, reporter, lambda info: send(("built", info)), memo=memo, exiting=True
         )
         reporter.flush()
-        send(("memo", memo.added_since(given)))
         send(("outcome", outcome))
+        _send_memo(send, memo, given)
         code = 130 if outcome.interrupted else 0
     except BaseException as e:  # a bug outside the cell's training: said, and the cell is crashed
         code = _said(send, e)
     finally:
         pipe.close()
     sys.exit(code)
+
+
+def _send_memo(send, memo: GridMemo, given: GridMemo) -> None:
+    """What the cell worked out that the grid did not know, after its result: the cells after it would
+    only work it out again if it cannot be sent."""
+    with contextlib.suppress(Exception):
+        send(("memo", memo.added_since(given)))
 
 
 def _child_setup(pipe, watch, environ):

@@ -33,13 +33,8 @@ class GridMemo:
         return self.flops[key]
 
     def dataset(self, key: tuple, build: Callable[[], tuple[Any, str]]) -> tuple[Any, str]:
-        """(dataset, source) kept under `key` (data_key), else built now and kept
-        if it is small enough to send to every cell after (KEPT_BYTES). An unhashable key (a user's own
-        tokenizer in the shape) is built and not kept."""
-        try:
-            hash(key)
-        except TypeError:
-            return build()
+        """(dataset, source) kept under `key` (data_key), else built now and kept if it is small enough to
+        send to every cell after (KEPT_BYTES)."""
         if key not in self.data:
             built = build()
             if built[0].data.nbytes > KEPT_BYTES:
@@ -47,13 +42,21 @@ class GridMemo:
             self.data[key] = built
         return self.data[key]
 
-    def for_cell(self, family: str, seed: int) -> GridMemo:
-        """What a cell of this family and seed can use: every peak and FLOP count, the family's held-out sets
-        and its training sets of this seed (the others' would only travel to the cell and back)."""
-        data = {
-            k: v for k, v in self.data.items() if k[0] == family and (isinstance(k[-1], str) or k[-1] == seed)
-        }
+    def for_cell(self, family: str, model: str, seed: int, split: str) -> GridMemo:
+        """What a cell can use: every peak and FLOP count, and of the sets only its model's training set of
+        its seed and held-out set of its split. A set given arrives with the cell's process, before its
+        memory baseline: only what it uses may (see `data_bytes`)."""
+        data = {k: v for k, v in self.data.items() if k[:2] == (family, model) and k[-1] in (seed, split)}
         return GridMemo(dict(self.peaks), dict(self.flops), data)
+
+    def data_bytes(self) -> int:
+        """The bytes of the sets held: what a cell given them holds before it builds anything."""
+        return sum(dataset.data.nbytes for dataset, _ in self.data.values())
+
+    def forget_work(self) -> None:
+        """Drop the data and FLOP counts (a new grid: other rules may shape them); the device peak stays."""
+        self.flops.clear()
+        self.data.clear()
 
     def added_since(self, before: GridMemo) -> GridMemo:
         """The entries this memo holds that `before` (what the cell was given) did not: what a cell sends back."""
@@ -75,9 +78,10 @@ class GridMemo:
 
 def data_key(family: str, model: str, shape, examples: int, which: int | str) -> tuple:
     """What an encoded set of the generated corpus depends on: the family's encoding, the model (its own
-    tokenizer, where it has one), the data shape, the number of examples, and the training seed or the
-    held-out split."""
-    return (family, model, shape, examples, which)
+    tokenizer, where it has one), the data shape (as text: a user's tokenizer object is not part of its
+    repr, and never travels with the key), the number of examples, and the training seed or the held-out
+    split."""
+    return (family, model, repr(shape), examples, which)
 
 
 def flop_key(cfg, config_hash: str | None, shape, batch: dict) -> tuple:

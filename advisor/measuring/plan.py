@@ -223,10 +223,10 @@ def plan_cells(
     calibrations, uncalibrated = _calibrate_shapes(planned, history, rules, calibrate) if here else ({}, [])
     host_gb = accelerators.memory_gb(acc) if device == "cpu" else None
     costs = [_price(cell, history, calibrations, rules, host_gb) for cell in planned]
-    _once_per_grid(costs)
     _fill_from_fit(costs, questions, rules, db, history, calibrations)
     for cost in costs if done else ():
         cost.done = (_key(cost.config), cost.config.seed) in done
+    _once_per_grid(costs)
     plan = Plan(costs, acc.name, accelerators.memory_gb(acc))
     plan.kbs = [kb.as_dict() for kb in kbs]
     plan.calibrations = [c.as_dict(shape) for shape, c in calibrations.items() if c is not None]
@@ -384,11 +384,13 @@ ONCE_PER_GRID = {  # a calibration's start-up parts a grid does once (measuring.
 
 def _once_per_grid(costs: list[CellCost]) -> None:
     """Calibrated start-ups as the grid pays them: the generated data once per model and seed, the FLOP
-    count once per model, strategy and seed (the grid keeps them for the cells after, measuring.memo)."""
+    count once per model, strategy and seed (the grid keeps them for the cells after, measuring.memo). A
+    cell the grid skips (done, or one that does not fit) pays nothing: the next one pays. On a cluster each
+    worker pays once, so a makespan over several workers is a little short of that."""
     for part, key in ONCE_PER_GRID.items():
         seen = set()
         for cost in costs:
-            if cost.seconds is None or part not in cost.startup_parts:
+            if cost.seconds is None or part not in cost.startup_parts or cost.done or cost.fits is False:
                 continue
             if key(cost.config) in seen:
                 saved = cost.startup_parts[part]

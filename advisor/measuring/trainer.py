@@ -31,7 +31,14 @@ from advisor.measuring.models import build_model
 from advisor.measuring.monitor import Monitor, process_rss_gb
 from advisor.measuring.optimizers import make_optimizer
 from advisor.measuring.progress import Reporter
-from advisor.measuring.protocol import TargetClock, Untrained, check_trained, contended, target_loss
+from advisor.measuring.protocol import (
+    TargetClock,
+    Untrained,
+    check_trained,
+    contended,
+    heldout_split,
+    target_loss,
+)
 from advisor.measuring.strategies import prepare, train_step
 from advisor.measuring.tensors import measured_step
 from advisor.rules import Rules
@@ -80,6 +87,7 @@ class Trainer:
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
         self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
         self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None
+        self.given_gb = 0.0  # the sets the grid gave, held since the process began: not the baseline's
         self.clock = TargetClock(None)
         self.checking_s = 0.0  # this epoch's time spent checking the target (not training)
 
@@ -125,7 +133,7 @@ class Trainer:
     def datasets(self):
         """(training set, held-out set or None, provenance): what the run trains and evaluates on."""
         cfg, shape = self.cfg, self.built.shape
-        split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
+        split = heldout_split(cfg)
         if self.view is None:
             dataset, source = self.generated(cfg.train_examples, cfg.seed)
         else:
@@ -146,6 +154,8 @@ class Trainer:
         of split `which`; as the grid kept it from an earlier cell, else encoded now (and kept)."""
         fam, shape = self.family, self.built.shape
         key = data_key(fam.name, self.cfg.model, shape, examples, which)
+        if key in self.memo.data:  # given: its bytes count in the cell's memory, not in the baseline
+            self.given_gb += self.memo.data[key][0].data.nbytes / 1e9
         if isinstance(which, str):
             return self.memo.dataset(key, lambda: load_heldout(fam, shape, examples, which))
         return self.memo.dataset(key, lambda: load(fam, shape, examples, which))
@@ -345,10 +355,9 @@ class Trainer:
             return peak_only(self.peak_memory_gb(), self.cfg.device)
         figures = {name: value for name, value, _ in out}
         if self.baseline_rss_gb is not None and "peak_rss_gb" in figures:
-            out.append(("rss_baseline_gb", self.baseline_rss_gb, "GB, the process before the model"))
-            out.append(
-                ("rss_delta_gb", figures["peak_rss_gb"] - self.baseline_rss_gb, "GB, peak RSS less baseline")
-            )
+            baseline = self.baseline_rss_gb - self.given_gb  # as if the cell had built its data itself
+            out.append(("rss_baseline_gb", baseline, "GB, the process before the model"))
+            out.append(("rss_delta_gb", figures["peak_rss_gb"] - baseline, "GB, peak RSS less baseline"))
         out += [(name, value, "GB, live tensors at the step's peak") for name, value in self.tensors.items()]
         if self.initial_eval is not None:
             out.append(

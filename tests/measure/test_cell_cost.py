@@ -2,6 +2,7 @@
 peak, with PyTorch's own figures; the device's peak, the generated data and the FLOP count are worked out
 once per grid, not per cell (measuring.memo)."""
 
+import pickle
 import sqlite3
 from dataclasses import replace
 
@@ -134,24 +135,34 @@ def test_a_cell_given_the_grids_memo_records_what_it_would_have_worked_out(monke
 
     for name in ("load", "load_heldout", "forward_flops_per_position"):
         monkeypatch.setattr(trainer_module, name, recomputed)
-    given = train_cell(tiny_cell("adamw"), RULES, memo=memo, exiting=True)
-    assert given.status == alone.status == "ok"
+    memo = pickle.loads(pickle.dumps(memo))  # as it reaches a cell's process
+    given = Trainer(tiny_cell("adamw"), RULES, memo=memo)
+    given.train()
+    assert alone.status == "ok"
     for figure in ("model_flops", "loss", "eval_loss", "eval_accuracy"):
         assert [e[figure] for e in given.epochs] == [e[figure] for e in alone.epochs], figure
     assert given.epochs[0]["model_flops"] > 0
+    # the sets it was given were held before its baseline: they count in its memory, as a built set does
+    figures = {name: value for name, value, _ in given.metrics()}
+    assert given.given_gb == memo.data_bytes() / 1e9 > 0
+    assert figures["rss_baseline_gb"] == given.baseline_rss_gb - given.given_gb
+    assert figures["rss_delta_gb"] == figures["peak_rss_gb"] - figures["rss_baseline_gb"]
 
 
 def test_a_cell_of_another_seed_gets_only_the_held_out_set():
     """Training sets are per seed: a cell of seed 1 is not given seed 0's, builds its own, and sends back
-    only what it added; a set over the size the grid ships (KEPT_BYTES) is built but not kept."""
+    only what it added; a cell is given only its own model's sets of its split (what it is given counts in
+    its memory); a set over the size the grid ships (KEPT_BYTES) is built but not kept."""
     from advisor.measuring import memo as memo_module
     from advisor.measuring.runner import train_cell
 
     memo = memo_module.GridMemo()
     train_cell(tiny_cell("adam", seed=0), RULES, memo=memo, exiting=True)
-    given = memo.for_cell("vision", 1)
+    given = memo.for_cell("vision", "vit", 1, "test")
     assert [k[-1] for k in given.data] == ["test"] and given.flops == memo.flops
-    assert memo.for_cell("decoder", 0).data == {}, "another family's sets never travel"
+    assert memo.for_cell("decoder", "llama", 0, "test").data == {}, "another model's sets never travel"
+    tuning = memo.for_cell("vision", "vit", 0, "validation")
+    assert [k[-1] for k in tuning.data] == [0], "a tuning cell is not given the test set"
     before = given.copy()
     train_cell(tiny_cell("adam", seed=1), RULES, memo=given, exiting=True)
     added = given.added_since(before)
@@ -170,3 +181,54 @@ def test_a_cell_of_another_seed_gets_only_the_held_out_set():
         assert small.dataset(other, lambda: seed1) is seed1 and other not in small.data
     finally:
         memo_module.KEPT_BYTES = kept
+
+
+def test_a_memo_that_cannot_be_sent_costs_the_cell_nothing():
+    """The cell's result goes first; a memo that does not pickle is dropped (the cells after work it out)."""
+    from advisor.measuring.isolation import _send_memo
+    from advisor.measuring.memo import GridMemo
+
+    sent = []
+    memo = GridMemo(flops={("key",): lambda: None})  # a lambda does not pickle
+
+    def send(message):
+        sent.append(pickle.dumps(message))
+
+    _send_memo(send, memo, GridMemo())
+    assert sent == []
+    _send_memo(send, GridMemo(flops={("key",): 1.0}), GridMemo())
+    assert pickle.loads(sent[0]) == ("memo", GridMemo(flops={("key",): 1.0}))
+
+
+def test_a_plan_charges_the_data_to_the_first_cell_the_grid_runs():
+    """Data once per model and seed, the FLOP count once per strategy: charged to the first cell that runs,
+    not to one the grid skips (done already, or too large to fit)."""
+    from advisor.measuring.history import Figure
+    from advisor.measuring.plan import CellCost, _once_per_grid
+
+    def cost(optimizer, strategy, done=False, fits=True):
+        cfg = replace(tiny_cell(optimizer, strategy=strategy).config)
+        parts = {"build": 1.0, "data": 2.0, "flop count": 4.0}
+        return CellCost(
+            cfg,
+            7.0 + 10,
+            None,
+            fits,
+            "",
+            done=done,
+            startup=Figure(7.0, 0, "calibration"),
+            startup_parts=dict(parts),
+        )
+
+    costs = [
+        cost("sgd", "standard", done=True),
+        cost("adam", "standard", fits=False),
+        cost("adamw", "standard"),
+        cost("sgd", "checkpointing"),
+        cost("adam", "checkpointing"),
+    ]
+    _once_per_grid(costs)
+    charged = [(c.startup_parts["data"], c.startup_parts["flop count"]) for c in costs]
+    assert charged == [(2.0, 4.0), (2.0, 4.0), (2.0, 4.0), (0.0, 4.0), (0.0, 0.0)]
+    assert [c.seconds for c in costs] == [17.0, 17.0, 17.0, 15.0, 11.0]
+    assert [c.startup.value for c in costs] == [7.0, 7.0, 7.0, 5.0, 1.0]
