@@ -2,7 +2,7 @@
 process, so what one cell computed dies with it unless the grid keeps it: the device's peak FLOP rate, a
 model's forward FLOPs at an input shape, and the generated corpus's encoded training and held-out sets.
 Each is a pure function of its key, so a kept value is the value the cell would have computed; the cell that
-computes one first sends it back to the grid with its result (`isolation`), the cells after it reuse it.
+computes one first sends it back to the grid after its result (`isolation`), the cells after it reuse it.
 
 A dataset that the run reads from files (`--data`) is never kept: it is read once per run as before.
 """
@@ -45,13 +45,9 @@ class GridMemo:
     def for_cell(self, family: str, model: str, seed: int, split: str) -> GridMemo:
         """What a cell can use: every peak and FLOP count, and of the sets only its model's training set of
         its seed and held-out set of its split. A set given arrives with the cell's process, before its
-        memory baseline: only what it uses may (see `data_bytes`)."""
+        memory baseline: only what it uses may (the trainer takes it out of the baseline, `given_gb`)."""
         data = {k: v for k, v in self.data.items() if k[:2] == (family, model) and k[-1] in (seed, split)}
         return GridMemo(dict(self.peaks), dict(self.flops), data)
-
-    def data_bytes(self) -> int:
-        """The bytes of the sets held: what a cell given them holds before it builds anything."""
-        return sum(dataset.data.nbytes for dataset, _ in self.data.values())
 
     def forget_work(self) -> None:
         """Drop the data and FLOP counts (a new grid: other rules may shape them); the device peak stays."""
