@@ -28,7 +28,6 @@ import advisor.measuring.trainer as trainer
 from advisor.kb import lease, store
 from advisor.measuring import runner
 from advisor.measuring.heldout import HeldOut
-from advisor.measuring.memo import GridMemo
 from advisor.measuring.request import request
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
@@ -55,8 +54,7 @@ def timed(owner, name: str, phase: str) -> None:
 PHASES = [
     (trainer.Trainer, "setup", "setup: model build, strategy, optimizer"),
     (trainer, "load", "training data"),
-    (trainer, "load_heldout", "held-out data"),
-    (HeldOut, "of", "held-out data"),  # its batches, collated by every cell
+    (HeldOut, "__init__", "held-out data"),
     (trainer, "forward_flops_per_position", "FLOP count"),
     (HeldOut, "evaluate", "held-out evaluations"),
     (trainer.Trainer, "train_epoch", "epochs (with their evaluations)"),
@@ -80,16 +78,16 @@ def measure(model: str, preset: str) -> list[dict]:
             (resolve_model(model, rules),), preset=preset, seeds=1, db=str(Path(tmp) / "warm.sqlite")
         )
         grid = asked.plan(rules).cells
-        memo = GridMemo()
+        peaks: dict = {}
         conn = store.open_for_writing(Path(tmp) / "warm.sqlite")
-        runner.run_cell(grid[0], conn, rules, memo=memo, exiting=True)  # warms the process, left out
+        runner.run_cell(grid[0], conn, rules, peaks=peaks, exiting=True)  # warms the process, left out
         conn.close()
         conn = store.open_for_writing(Path(tmp) / "kb.sqlite")
         for cell in grid:
             spent.clear()
             calls.clear()
             start = time.perf_counter()
-            result = runner.run_cell(cell, conn, rules, memo=memo, exiting=True)
+            result = runner.run_cell(cell, conn, rules, peaks=peaks, exiting=True)
             wall = time.perf_counter() - start
             phases = dict(spent)
             epochs = phases.pop("epochs (with their evaluations)", 0.0)

@@ -194,7 +194,6 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
 
     from advisor.kb import store
     from advisor.measuring.flops import known_peak
-    from advisor.measuring.memo import GridMemo
     from advisor.measuring.runner import run_cell
 
     base = cell.config  # one epoch: a warm-up update, and one timed
@@ -209,7 +208,7 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
     ):
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
             start = time.perf_counter()
-            run_cell(short, conn, rules, memo=GridMemo(peaks=_PEAKS), exiting=True)  # data, FLOPs: its own
+            run_cell(short, conn, rules, peaks=_PEAKS, exiting=True)
             wall = time.perf_counter() - start
         (trained,) = conn.execute("SELECT coalesce(sum(wall_s), 0) FROM epochs").fetchone()
     evaluations = evaluations_of(short, rules)

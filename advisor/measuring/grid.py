@@ -65,7 +65,6 @@ def run_grid(
     A cell whose process dies is `crashed` and the grid goes on; Ctrl-C stops the grid once the cell has
     recorded its run crashed; a KB that cannot take a cell's rows (a full disk) stops it with a KBError."""
     reporter = reporter or Reporter()
-    isolation.new_grid()
     order_seed = new_order_seed() if order_seed is None else order_seed
     order = run_order(cells, order_seed)
     results: list[CellResult | None] = [None] * len(cells)

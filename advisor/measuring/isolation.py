@@ -39,10 +39,9 @@ from advisor.errors import KBError
 from advisor.kb import lease, store
 from advisor.measuring.config import GridCell
 from advisor.measuring.families import family
+from advisor.measuring.flops import Peaks
 from advisor.measuring.hardware import pid_alive
-from advisor.measuring.memo import GridMemo
 from advisor.measuring.progress import ForwardingReporter, Reporter, replay
-from advisor.measuring.protocol import heldout_split
 from advisor.measuring.runner import CellOutcome, CellResult, run_cell, train_cell
 from advisor.rules import Rules
 
@@ -85,7 +84,7 @@ STDERR_KEPT = 16_000  # characters of a cell's output kept with its run: the fir
 _preloading = False  # whether this process has chosen its fork server's preload
 _ready = False  # whether a cell was forked from the running server: its imports are done
 _output: int | None = None  # the file the server and its cells write stdout and stderr to
-_memo = GridMemo()  # what a cell worked out once (device peak, FLOPs, data): the cells after reuse it
+_peaks: Peaks = {}  # the device peaks a cell measured: the cells after it reuse them (once per grid)
 
 
 def preload(rules: Rules) -> list[str]:
@@ -256,7 +255,7 @@ class _Heard:
     kb_error: str | None = None
     raised: str | None = None
     said: str = ""  # what its process wrote on stdout and stderr
-    memo: GridMemo = field(default_factory=GridMemo)  # what it worked out that the grid did not know
+    peaks: Peaks = field(default_factory=dict)  # the device peaks it knew or measured
 
     def take(self, message: tuple, reporter: Reporter) -> None:
         kind = message[0]
@@ -274,8 +273,8 @@ class _Heard:
             self.kb_error = message[1]
         elif kind == "raised":
             self.raised = message[1]
-        elif kind == "memo":
-            self.memo = message[1]
+        elif kind == "peaks":
+            self.peaks = message[1]
         else:
             replay(message, reporter)
 
@@ -286,9 +285,9 @@ def run_in_child(
     """run_cell in a fresh process; its progress drives `reporter` here. conn (the grid's) marks the run
     of a process that died crashed. Raises KeyboardInterrupt after Ctrl-C (the cell recorded), and
     KBError with the cell's sentence when the KB could not take its rows."""
-    args = (cell, str(Path(db_path).absolute()), rules, order, _for(cell))
+    args = (cell, str(Path(db_path).absolute()), rules, order, dict(_peaks))
     heard, interrupted, proc = _in_child(_cell_process, args, reporter, rules)
-    _memo.update(heard.memo)
+    _peaks.update(heard.peaks)
     if interrupted or heard.interrupted:
         _mark_crashed(conn)
         _keep_said(conn, heard.run_id, heard.said)
@@ -308,8 +307,8 @@ def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[Ce
     """train_cell (a resolved cell, no KB) in a fresh process: (its outcome, its model's info). A process
     that dies without an outcome is a `crashed` outcome with the sentence. A cluster's worker runs cells so:
     the imports once per worker, memory each cell's own. Raises KeyboardInterrupt after Ctrl-C."""
-    heard, interrupted, proc = _in_child(_train_process, (cell, rules, _for(cell)), reporter, rules)
-    _memo.update(heard.memo)
+    heard, interrupted, proc = _in_child(_train_process, (cell, rules, dict(_peaks)), reporter, rules)
+    _peaks.update(heard.peaks)
     if interrupted or heard.interrupted:
         raise KeyboardInterrupt
     outcome = heard.outcome
@@ -317,17 +316,6 @@ def train_in_child(cell: GridCell, reporter: Reporter, rules: Rules) -> tuple[Ce
         outcome = CellOutcome("crashed", heard.raised or death_sentence(proc.exitcode, heard.said), [])
     outcome.stderr = clipped(heard.said) if heard.said.strip() else None
     return outcome, heard.built
-
-
-def _for(cell: GridCell) -> GridMemo:
-    """What the grid kept that this cell can use (measuring.memo)."""
-    cfg = cell.config
-    return _memo.for_cell(cell.model.family.name, cfg.model, cfg.seed, heldout_split(cfg))
-
-
-def new_grid() -> None:
-    """A new grid begins: what the last one worked out of data and FLOPs is dropped (the device peak stays)."""
-    _memo.forget_work()
 
 
 def _in_child(target, args: tuple, reporter: Reporter, rules) -> tuple[_Heard, bool, object]:
@@ -456,18 +444,17 @@ class _ClaimTelling(lease.Heartbeat):
         self._send(("claimed", run_id))
 
 
-def _cell_process(cell, db_path, rules, order, memo, pipe, watch, environ) -> None:
+def _cell_process(cell, db_path, rules, order, peaks, pipe, watch, environ) -> None:
     """The body of a cell's process (the target the fork server runs)."""
     send = _child_setup(pipe, watch, environ)
     code = 0
     try:
         reporter = ForwardingReporter(send)
         with store.writing(db_path) as conn, _ClaimTelling(db_path, send) as heartbeat:
-            given = memo.copy()
-            result = run_cell(cell, conn, rules, reporter, heartbeat, order=order, memo=memo, exiting=True)
+            result = run_cell(cell, conn, rules, reporter, heartbeat, order=order, peaks=peaks, exiting=True)
         reporter.flush()
+        send(("peaks", peaks))
         send(("result", result))
-        _send_memo(send, memo, given)
     except KeyboardInterrupt:
         send(("interrupted",))
         code = 130
@@ -481,32 +468,24 @@ def _cell_process(cell, db_path, rules, order, memo, pipe, watch, environ) -> No
     sys.exit(code)
 
 
-def _train_process(cell, rules, memo, pipe, watch, environ) -> None:
+def _train_process(cell, rules, peaks, pipe, watch, environ) -> None:
     """The body of a training-only cell's process: its model's info and its outcome go to the pipe."""
     send = _child_setup(pipe, watch, environ)
     code = 0
     try:
         reporter = ForwardingReporter(send)
-        given = memo.copy()
         outcome = train_cell(
-            cell, rules, reporter, lambda info: send(("built", info)), memo=memo, exiting=True
+            cell, rules, reporter, lambda info: send(("built", info)), peaks=peaks, exiting=True
         )
         reporter.flush()
+        send(("peaks", peaks))
         send(("outcome", outcome))
-        _send_memo(send, memo, given)
         code = 130 if outcome.interrupted else 0
     except BaseException as e:  # a bug outside the cell's training: said, and the cell is crashed
         code = _said(send, e)
     finally:
         pipe.close()
     sys.exit(code)
-
-
-def _send_memo(send, memo: GridMemo, given: GridMemo) -> None:
-    """What the cell worked out that the grid did not know, after its result: the cells after it would
-    only work it out again if it cannot be sent."""
-    with contextlib.suppress(Exception):
-        send(("memo", memo.added_since(given)))
 
 
 def _child_setup(pipe, watch, environ):

@@ -226,7 +226,6 @@ def plan_cells(
     _fill_from_fit(costs, questions, rules, db, history, calibrations)
     for cost in costs if done else ():
         cost.done = (_key(cost.config), cost.config.seed) in done
-    _once_per_grid(costs)
     plan = Plan(costs, acc.name, accelerators.memory_gb(acc))
     plan.kbs = [kb.as_dict() for kb in kbs]
     plan.calibrations = [c.as_dict(shape) for shape, c in calibrations.items() if c is not None]
@@ -374,30 +373,6 @@ def _price(cell: GridCell, history: History, calibrations: dict, rules: Rules, h
         timed = CALIBRATION in (cost.step.kb, cost.startup and cost.startup.kb)
         _settle(cost, "calibrated" if timed else "runs", SOURCES["calibrated" if timed else "runs"])
     return cost
-
-
-ONCE_PER_GRID = {  # a calibration's start-up parts a grid does once (measuring.memo), and for which cells
-    "data": lambda cfg: (cfg.model, cfg.seed),
-    "flop count": lambda cfg: (cfg.model, cfg.strategy, cfg.seed),
-}
-
-
-def _once_per_grid(costs: list[CellCost]) -> None:
-    """Calibrated start-ups as the grid pays them: the generated data once per model and seed, the FLOP
-    count once per model, strategy and seed (the grid keeps them for the cells after, measuring.memo). A
-    cell the grid skips (done, or one that does not fit) pays nothing: the next one pays. On a cluster each
-    worker pays once, so a makespan over several workers is a little short of that."""
-    for part, key in ONCE_PER_GRID.items():
-        seen = set()
-        for cost in costs:
-            if cost.seconds is None or part not in cost.startup_parts or cost.done or cost.fits is False:
-                continue
-            if key(cost.config) in seen:
-                saved = cost.startup_parts[part]
-                cost.startup_parts[part] = 0.0
-                cost.startup = replace(cost.startup, value=cost.startup.value - saved)
-                cost.seconds -= saved
-            seen.add(key(cost.config))
 
 
 def _settle(cost: CellCost, origin: str, source: str) -> None:

@@ -10,11 +10,6 @@ class Untrained(Exception):
     """The run's held-out loss never went below where it started: it did not train (an outcome)."""
 
 
-def heldout_split(cfg) -> str:
-    """The held-out split a run evaluates on: rates are never chosen on the test set."""
-    return "validation" if cfg.role == "tuning" else "test"
-
-
 def target_loss(cfg, family: str, rules) -> float | None:
     """The held-out loss a run must reach: --target-loss, else rules/protocol.toml's for the family and
     preset (None where the rules set none: time to target is then not measured)."""

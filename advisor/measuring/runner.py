@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from advisor.errors import InputError, KBError
 from advisor.kb import lease, store
 from advisor.measuring.config import GridCell, RunConfig
+from advisor.measuring.flops import Peaks
 from advisor.measuring.hardware import describe, owner, pid_alive, resolve_device
-from advisor.measuring.memo import GridMemo
 from advisor.measuring.preflight import will_not_fit
 from advisor.measuring.progress import LOSS_MEASURES, MEMORY_MEASURES, Reporter
 from advisor.measuring.trainer import Diverged, Trainer, Untrained, is_oom
@@ -148,14 +148,14 @@ def run_cell(
     reporter: Reporter | None = None,
     heartbeat=None,
     order: dict | None = None,
-    memo: GridMemo | None = None,
+    peaks: Peaks | None = None,
     exiting: bool = False,
 ) -> CellResult:
     """Claim one cell in the KB, train it, record every epoch and the outcome; never raises for a failure of
     the cell itself (Ctrl-C is recorded as crashed, then re-raised). The heartbeat keeps the claim's lease.
 
     order: where the cell ran in its grid ({"seed", "position", "cells"}), recorded with the run (not part
-    of its cell key): drift over a grid can then be told from a configuration's effect. memo and exiting:
+    of its cell key): drift over a grid can then be told from a configuration's effect. peaks and exiting:
     as train_cell's."""
     settings = cell.config.settings()
     cfg = cell.config.resolved()
@@ -182,7 +182,7 @@ def run_cell(
         store.update_run(conn, run_id, **built_fields(run["config"], info))
 
     outcome = train_cell(
-        cell, rules, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), memo, exiting
+        cell, rules, reporter, on_built, lambda row: store.add_epoch(conn, run_id, row), peaks, exiting
     )
     store.finish_run(conn, run_id, outcome.status, outcome.error, outcome.metrics)
     if heartbeat is not None:
@@ -235,14 +235,13 @@ def train_cell(
     reporter=None,
     on_built=None,
     on_epoch=None,
-    memo: GridMemo | None = None,
+    peaks: Peaks | None = None,
     exiting: bool = False,
 ) -> CellOutcome:
     """Train a resolved cell and classify how it ended: ok, diverged, untrained, oom, failed (or crashed on
-    Ctrl-C). memo: what the grid has worked out once (device peaks, FLOP counts, generated data), reused
-    and added to (measuring.memo);
+    Ctrl-C). peaks: the device peaks the grid has measured, reused and added to (flops.known_peak);
     exiting: the process ends with the cell, so nothing is released for a next one."""
-    trainer = Trainer(cell, rules, reporter, on_built, on_epoch, memo)
+    trainer = Trainer(cell, rules, reporter, on_built, on_epoch, peaks)
     interrupted = False
     try:
         trainer.train()

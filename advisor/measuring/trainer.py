@@ -19,26 +19,18 @@ from collections.abc import Callable
 import torch
 
 from advisor.measuring.config import GridCell, RunConfig
-from advisor.measuring.data import epoch_batches, load, load_heldout
+from advisor.measuring.data import epoch_batches, load
 from advisor.measuring.dataset import open_view
 from advisor.measuring.families import family
 from advisor.measuring.families.base import DEFAULT_SHAPE, Sizes
 from advisor.measuring.figures import EpochWork, epoch_row, peak_only, run_metrics
-from advisor.measuring.flops import forward_flops_per_position, known_peak, positions
+from advisor.measuring.flops import Peaks, forward_flops_per_position, known_peak, positions
 from advisor.measuring.heldout import HeldOut
-from advisor.measuring.memo import GridMemo, data_key, flop_key
 from advisor.measuring.models import build_model
 from advisor.measuring.monitor import Monitor, process_rss_gb
 from advisor.measuring.optimizers import make_optimizer
 from advisor.measuring.progress import Reporter
-from advisor.measuring.protocol import (
-    TargetClock,
-    Untrained,
-    check_trained,
-    contended,
-    heldout_split,
-    target_loss,
-)
+from advisor.measuring.protocol import TargetClock, Untrained, check_trained, contended, target_loss
 from advisor.measuring.strategies import prepare, train_step
 from advisor.measuring.tensors import measured_step
 from advisor.rules import Rules
@@ -75,10 +67,10 @@ class Trainer:
         reporter: Reporter | None = None,
         on_built: Callable[[dict], None] | None = None,
         on_epoch: Callable[[dict], None] | None = None,
-        memo: GridMemo | None = None,
+        peaks: Peaks | None = None,
     ):
         self.cfg, self.resolved = cell.config, cell.model
-        self.memo = GridMemo() if memo is None else memo  # what the grid worked out once: reused, added to
+        self.peaks = {} if peaks is None else peaks  # the device peaks the grid measured: reused, added to
         self.reporter, self.rules = reporter or Reporter(), rules
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
@@ -87,7 +79,6 @@ class Trainer:
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
         self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
         self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None
-        self.given_gb = 0.0  # the sets the grid gave, held since the process began: not the baseline's
         self.clock = TargetClock(None)
         self.checking_s = 0.0  # this epoch's time spent checking the target (not training)
 
@@ -133,32 +124,18 @@ class Trainer:
     def datasets(self):
         """(training set, held-out set or None, provenance): what the run trains and evaluates on."""
         cfg, shape = self.cfg, self.built.shape
-        split = heldout_split(cfg)
+        split = "validation" if cfg.role == "tuning" else "test"  # rates are never chosen on the test set
         if self.view is None:
-            dataset, source = self.generated(cfg.train_examples, cfg.seed)
+            dataset, source = load(self.family, shape, cfg.train_examples, cfg.seed)
         else:
             dataset = self.view.training(self.family, shape, cfg.train_examples, cfg.seed)
             source = f"{cfg.data_id} ({self.view.split} split)"
         heldout = None
-        if cfg.protocol == "fair" and self.view is None:
-            examples, named = self.generated(cfg.eval_examples, split)
-            heldout = HeldOut.of(self.family, shape, examples, cfg.batch_size, named)
-        elif cfg.protocol == "fair":
+        if cfg.protocol == "fair":
             heldout = HeldOut(
                 self.family, shape, cfg.eval_examples, cfg.batch_size, split, self.view, cfg.data_id
             )
         return dataset, heldout, self.provenance(source, heldout)
-
-    def generated(self, examples: int, which: int | str):
-        """(dataset, source) of the generated corpus: the training set of seed `which`, or the held-out set
-        of split `which`; as the grid kept it from an earlier cell, else encoded now (and kept)."""
-        fam, shape = self.family, self.built.shape
-        key = data_key(fam.name, self.cfg.model, shape, examples, which)
-        if key in self.memo.data:  # given: its bytes count in the cell's memory, not in the baseline
-            self.given_gb += self.memo.data[key][0].data.nbytes / 1e9
-        if isinstance(which, str):
-            return self.memo.dataset(key, lambda: load_heldout(fam, shape, examples, which))
-        return self.memo.dataset(key, lambda: load(fam, shape, examples, which))
 
     def provenance(self, source: str, heldout) -> dict:
         """The data a run records: its identity, where it was read, how many examples of which split."""
@@ -206,11 +183,10 @@ class Trainer:
         built = self.built
         self.on_built(dict(n_params=built.n_params, pretrained=built.pretrained, data=data, base=built.base))
         first = next(iter_batches(dataset, self.family, cfg, 0, self.built.shape))
-        self.flops_per_position = self.memo.flops_of(
-            flop_key(cfg, self.resolved.config_hash, self.built.shape, first),
-            lambda: forward_flops_per_position(self.model, self.family, first, self.device, cfg.dtype),
+        self.flops_per_position = forward_flops_per_position(
+            self.model, self.family, first, self.device, cfg.dtype
         )
-        self.peak = known_peak(self.memo.peaks, self.device, cfg.dtype, self.rules)
+        self.peak = known_peak(self.peaks, self.device, cfg.dtype, self.rules)
         self.reporter.cell_start(cfg, self.steps_per_epoch * cfg.epochs)
         cap = None if self.device.type == "cuda" else cfg.memory_cap_gb
         with Monitor(memory_cap_gb=cap) as self.monitor:
@@ -355,9 +331,10 @@ class Trainer:
             return peak_only(self.peak_memory_gb(), self.cfg.device)
         figures = {name: value for name, value, _ in out}
         if self.baseline_rss_gb is not None and "peak_rss_gb" in figures:
-            baseline = self.baseline_rss_gb - self.given_gb  # as if the cell had built its data itself
-            out.append(("rss_baseline_gb", baseline, "GB, the process before the model"))
-            out.append(("rss_delta_gb", figures["peak_rss_gb"] - baseline, "GB, peak RSS less baseline"))
+            out.append(("rss_baseline_gb", self.baseline_rss_gb, "GB, the process before the model"))
+            out.append(
+                ("rss_delta_gb", figures["peak_rss_gb"] - self.baseline_rss_gb, "GB, peak RSS less baseline")
+            )
         out += [(name, value, "GB, live tensors at the step's peak") for name, value in self.tensors.items()]
         if self.initial_eval is not None:
             out.append(

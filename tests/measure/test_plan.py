@@ -116,16 +116,11 @@ def test_a_fresh_machine_prices_every_cell_from_a_calibration_timed_here(invoke,
     assert not db.exists(), "a plan writes nothing: no advisor fit trace cached for a CPU cell that fits"
     (cal,) = plan["calibrations"]
     assert cal["batch_size"] == 3 and cal["device"] == "cpu" and cal["windows"]["accumulation"] == 4
-    counted = set()
-    for i, cell in enumerate(plan["cells"]):
+    for cell in plan["cells"]:
         parts = cell["startup_parts"]
         assert cell["origin"] == "calibrated" and cell["from"] == "calibrated"
         assert cell["evaluations"] == 3 and cell["updates"] == 8
-        # the grid builds the data once per seed, counts FLOPs once per strategy (measuring.memo)
-        assert parts["build"] == cal["build_s"] and parts["data"] == (cal["data_s"] if i == 0 else 0)
-        first = cell["strategy"] not in counted
-        assert parts["flop count"] == (cal["flops_s"] if first else 0)
-        counted.add(cell["strategy"])
+        assert parts["build"] == cal["build_s"] and parts["data"] == cal["data_s"]
         assert parts["evaluations"] == pytest.approx(3 * cal["eval_s"])
         assert cell["startup_s"] == pytest.approx(sum(parts.values())) and cell["startup_s"] > 0
         assert cell["predicted_s"] == pytest.approx(cell["startup_s"] + 8 * cell["step_s"])
