@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import fields
+from functools import partial
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
@@ -139,21 +140,22 @@ def recommend(
             asked=_asked(resolved, fitted),
             selector=selector,
             compare_groups=compare_groups,
+            explain=True,
         )
     finally:
         if conn is None:
             reading.close()
 
 
-def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) -> FitAnswer:
+def fit(model: str | ResolvedModel, *, db: PathLike | None = None, say=None, **options) -> FitAnswer:
     """`advisor fit` as a `FitAnswer` (`.pick`, also `.best`: `TrainingArguments(**answer.best.training_arguments)`
     takes it into a Trainer; `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu
     on the model and accelerator, with the options of `advisor fit` by their names (`gpu`, `memory`,
     `batch_size`, `seq_len`, `image_size`, `dtype` (a name or a tuple), `accumulation_steps`, `optimizers`,
     `strategies`, `adapters`, `lora_r`, `lora_alpha`, `lora_targets`, `base_bits`, `offload`, `attention`,
-    `mfu`, and across accelerators `gpus` (per node), `nodes`, `shardings`:
+    `mfu`, `effective_batch`, and across accelerators `gpus` (per node), `nodes`, `shardings`:
     advisor.prediction.question.FitOptions). Tracing a question not yet in the cache needs the
-    measurement side (torch); a repeated question reads the cache."""
+    measurement side (torch); a repeated question reads the cache. `say(line)` hears a cold trace's stages."""
     unknown = sorted(set(options) - {f.name for f in fields(FitOptions)})
     if unknown:
         raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
@@ -167,9 +169,9 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, **options) ->
         tracer = None
         if cache.missing(q, rules):
             require_measure_side()
-            from advisor.measuring.prediction import (
-                trace as tracer,  # torch: only when the cache lacks a prediction
-            )
+            from advisor.measuring.prediction import trace  # torch: only when the cache lacks a prediction
+
+            tracer = partial(trace, say=say or (lambda line: None))
         return fit_answer(q, rules, cache, tracer)
     finally:
         cache.close()

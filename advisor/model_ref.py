@@ -33,6 +33,19 @@ class ResolvedModel:
     preset: str = "paper"  # a reference model's size: tiny, small, paper (its family builds it so)
 
     @property
+    def hub_id(self) -> str:
+        """What `from_pretrained` loads: a published model's Hub id, the Hugging Face id or folder as given,
+        or the published model of a reference model's size (rules/families.toml `hub`)."""
+        if self.reference:
+            return self.family.hub or self.name
+        shipped = (
+            shipped_model(self.name)
+            if self.config_path and self.config_path.is_relative_to(shipped_models_dir())
+            else None
+        )
+        return shipped_models()[shipped[0]]["hub"] if shipped else self.name
+
+    @property
     def reference(self) -> bool:
         """One of the families' reference models ('vit', 'llama', ...), built by its family at a preset."""
         return self.config is None

@@ -76,6 +76,7 @@ class FamilyRecord:
     inputs: tuple[str, ...]  # of INPUTS: text, image, or both
     fit_seq_len: int  # `advisor fit`'s default tokens per sample (a VLM's: one caption)
     module: str | None = None  # the measurement side's module for the family (measure.families.<name>)
+    hub: str | None = None  # the published model of the reference model's paper size: what fit's code loads
 
     @property
     def takes_text(self) -> bool:
@@ -487,6 +488,7 @@ def _families(raw: dict) -> dict[str, FamilyRecord]:
             inputs=tuple(f["inputs"]),
             fit_seq_len=f.get("fit_seq_len", raw["fit_seq_len"]),
             module=f.get("module"),
+            hub=f.get("hub"),
         )
         for name, f in raw["families"].items()
     }

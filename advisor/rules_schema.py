@@ -153,6 +153,7 @@ FAMILIES = table(
                         "module": text(),
                         "aliases": listing(text(), unique=True),
                         "reference_model": text(),
+                        "hub": text(),
                         "description": text(empty=True),
                         "inputs": req(listing(text(choices=("text", "image")), at_least=1, unique=True)),
                         "grid_optimizers": listing(text(), at_least=1, unique=True),
@@ -317,6 +318,22 @@ def _texts(*names: str) -> dict:
     return {name: req(text()) for name in names}
 
 
+RECIPE_FAMILIES = (
+    "decoder",
+    "vlm",
+    "encoder",
+    "vision",
+    "other",
+)  # fit.toml [recipe.effective_batch] names each
+_LEARNING_RATE = table(
+    {
+        "lr": req(number(above=0, high=10, eg=2e-4)),
+        "schedule": req(text(choices=("constant", "cosine", "linear"))),
+        "warmup_ratio": req(number(low=0, below=1, eg=0.03)),
+        **_texts("source"),
+    }
+)
+
 FIT = table(
     {
         "fits": req(table({"headroom": req(number(low=0, below=1, eg=0.05)), **_texts("source")})),
@@ -365,6 +382,37 @@ FIT = table(
         "optimizers": table(
             entries=table(
                 {"temporaries_per_element": req(number(low=0, high=1000, eg=8)), **_texts("source")}
+            )
+        ),
+        "recipe": req(
+            table(
+                {
+                    "micro_batch_source": req(text()),
+                    "effective_batch": req(
+                        table(
+                            {
+                                **{f: whole(low=1, high=1 << 20, eg=16) for f in RECIPE_FAMILIES},
+                                "other": req(whole(low=1, high=1 << 20, eg=16)),
+                                **_texts("source"),
+                            }
+                        )
+                    ),
+                    "learning_rate": req(
+                        table(
+                            entries=_LEARNING_RATE,
+                            names=("lora", "full", "full_encoder", "full_vision", "full_vlm"),
+                        )
+                    ),
+                    "optimizers": table(
+                        entries=table(
+                            {
+                                "lr": number(above=0, high=10, eg=1e-2),
+                                "lr_factor": number(above=0, high=100, eg=0.3),
+                                **_texts("source"),
+                            }
+                        )
+                    ),
+                }
             )
         ),
         "distributed": req(

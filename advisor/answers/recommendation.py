@@ -172,11 +172,14 @@ def recommend(
     evidence: dict[Group, GroupEvidence] | None = None,
     selector: Selector | None = None,
     compare_groups: bool = False,
+    explain: bool = False,
 ) -> Answer:
     """Rank the configurations of the best evidence group for one metric, under the constraints.
 
     `evidence` caches each group's aggregates when one caller asks several questions (the flowchart);
-    `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`)."""
+    `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`);
+    `explain` adds the notes a person asking reads: a single run's pick beside the seeded evidence's, and why
+    the menu's pick differs."""
     chosen = select_group(conn, rules, family, source, asked, selector)
     answer = _answer(conn, rules, chosen.group, chosen.others, metric, constraints, evidence)
     pinned = source or (
@@ -196,18 +199,64 @@ def recommend(
     if constraints.fit is not None:
         answer.model = model_summary(constraints.fit, answer.group)
         answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
+    prefs = rules.flowchart["evidence"]
+    never = prefs.get("answer_never", [])
+    eligible = [  # groups that could answer this question: not a particular model's (a base, fine-tuned)
+        g
+        for g in answer.other_groups
+        if g.id not in chosen.unmatched
+        and g.source not in never
+        and not for_its_model_only(g, asked or Asked(), selector or Selector(), prefs)
+    ]
     if compare_groups and answer.recommendation is not None and not predicted:
-        prefs = rules.flowchart["evidence"]
-        never = prefs.get("answer_never", [])
-        eligible = [  # groups that could answer this question: not a particular model's (a base, fine-tuned)
-            g
-            for g in answer.other_groups
-            if g.id not in chosen.unmatched
-            and g.source not in never
-            and not for_its_model_only(g, asked or Asked(), selector or Selector(), prefs)
-        ]
         answer.disagreements = disagreements(conn, rules, eligible, rules.metric(metric), constraints, answer)
+    if explain and answer.recommendation is not None and not predicted:
+        answer.notes += seeded_second_look(conn, rules, eligible, rules.metric(metric), constraints, answer)
+        answer.notes += menu_disagreement(answer, metric)
     return answer
+
+
+def seeded_second_look(
+    conn: sqlite3.Connection,
+    rules: Rules,
+    others: list[Group],
+    metric: Metric,
+    c: Constraints,
+    answer: Answer,
+) -> list[str]:
+    """Where a single-run group answers a metric that varies over seeds (not memory), what the best group with
+    repeated seeds picks: a single run cannot tell two configurations apart from noise, so its pick is said
+    beside the seeded one (never mixed with it: the two differ in source, hardware or scale)."""
+    pick = answer.recommendation
+    if pick.seeds != 1 or metric.name == "memory":
+        return []
+    seeded = next((g for g in others if g.n_seeds > 1), None)
+    if seeded is None:
+        return []
+    theirs = rank_group(GroupEvidence(conn, seeded, rules), metric, replace(c, menu=None)).recommendation
+    if theirs is None:
+        return []
+    said = f"{seeded.label} ({seeded.n_seeds} seeds, {params_text(seeded.n_params)} parameters)"
+    if (theirs.optimizer, theirs.strategy) == (pick.optimizer, pick.strategy):
+        return [f"Single-run evidence; the best evidence with repeated seeds, {said}, picks the same."]
+    return [
+        f"Single-run evidence: one run per configuration cannot tell it from noise. The best evidence with "
+        f"repeated seeds, {said}, picks {theirs.optimizer} + {theirs.strategy} "
+        f"({selector_flags(seeded)})."
+    ]
+
+
+def menu_disagreement(answer: Answer, metric: str) -> list[str]:
+    """Why the menu's pick (advisor fit's, for the user's model) names another optimizer than this answer."""
+    menu, pick = answer.menu, answer.recommendation
+    chosen = (menu or {}).get("pick")
+    if not chosen or f"· {pick.optimizer} ·" in f"{chosen['configuration']} ·":
+        return []
+    return [
+        f"The menu's pick ({chosen['configuration']}) differs: it ranks what fits your model by what a "
+        f"practitioner gives up and by speed, AdamW-class first, with no {metric} evidence at your model's scale; "
+        f"this {metric} pick is read from {answer.group.label}."
+    ]
 
 
 def _answer(

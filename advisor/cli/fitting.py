@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from advisor import api
@@ -27,7 +29,7 @@ from advisor.rules import load_rules
 @click.command("fit", context_settings=CONTEXT)
 @model_option()
 @accelerator_options
-@shape_options(batch_size=1, menu=True)
+@shape_options(menu=True)
 @names_option(
     "--optimizer",
     "optimizers",
@@ -118,11 +120,13 @@ def fit_command(
         return
     if model is None:
         raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-models, --list-gpus).")
-    answer = api.fit(model, db=db, **options)
+    # a cold trace's stages on stderr, a line each (--json's consumers are scripts: there only to a terminal)
+    say = (lambda line: click.echo(line, err=True)) if not as_json or sys.stderr.isatty() else None
+    answer = api.fit(model, db=db, say=say, **options)
     if as_json:
         echo_json(answer.as_dict())
     elif code_only:
         shown = answer.pick or answer.several or min(answer.rows, key=lambda r: r.total)
         click.echo(shown.trainer_code)
     else:
-        console().print(fit_view(answer, show_all, verbose))
+        console().print(fit_view(answer, show_all, verbose), crop=False)  # code lines copy whole

@@ -266,7 +266,13 @@ def shape_options(batch_size: int | None = None, dtype: str | None = None, menu:
             default=batch_size,
             show_default=batch_size is not None,
             help="Micro-batch size (per_device_train_batch_size)"
-            + ("." if batch_size is not None else "; default: the preset's."),
+            + (
+                "; default: each configuration's largest that fits, a power of two up to the effective batch."
+                if menu
+                else "."
+                if batch_size is not None
+                else "; default: the preset's."
+            ),
         ),
         click.option(
             "--seq-len",
@@ -300,9 +306,24 @@ def shape_options(batch_size: int | None = None, dtype: str | None = None, menu:
         click.option(
             "--accumulation-steps",
             type=click.IntRange(min=2),
-            default=4,
-            show_default=True,
-            help="Micro-batches per optimizer step with accumulation.",
+            default=None if menu else 4,
+            show_default=not menu,
+            help="Micro-batches per optimizer step with accumulation"
+            + ("; default: what reaches the effective batch." if menu else "."),
+        ),
+        *(
+            [
+                click.option(
+                    "--effective-batch",
+                    type=click.IntRange(min=1, max=1 << 20),
+                    metavar="SAMPLES",
+                    help="Samples per optimizer step over every GPU that the recipe reaches (micro-batch x "
+                    "accumulation x GPUs). Default: 16 for decoders and VLMs, 32 for encoders, 64 for vision "
+                    "(rules/fit.toml [recipe]).",
+                )
+            ]
+            if menu
+            else []
         ),
     )
 

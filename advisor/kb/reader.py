@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -515,6 +516,36 @@ def fit_validations(conn: sqlite3.Connection) -> list[dict]:
             dict(hardware=hardware, checks=n, passed=passed, median=errors[len(errors) // 2], worst=worst)
         )
     return out
+
+
+def tuned_rates(conn: sqlite3.Connection, model: str, preset: str, config_hash: str) -> dict:
+    """{(optimizer, 'full' | 'lora', accumulating): (lr, runs, effective batch)} that --tune-lr chose for a
+    model's measured runs (those that record the grid of rates they were chosen from): by its config's hash,
+    or a reference model by name at its preset. The most frequent rate where runs differ."""
+    try:
+        rows = conn.execute(
+            "SELECT r.optimizer, r.strategy, json_extract(r.config, '$.lr'), "
+            "json_extract(r.config, '$.batch_size'), json_extract(r.config, '$.accumulation_steps') "
+            "FROM runs r LEFT JOIN groups g ON g.id = r.grp WHERE r.source = 'measured' AND r.status = 'ok' "
+            "AND json_extract(r.config, '$.lr_grid') IS NOT NULL "
+            "AND (g.config_hash = ? OR (r.model = ? AND r.preset = ?))",
+            [config_hash, model, preset],
+        ).fetchall()
+    except sqlite3.DatabaseError:  # a KB without groups' config hashes (not migrated): no tuned rate read
+        return {}
+    found: dict[tuple, Counter] = {}
+    for optimizer, strategy, lr, batch, steps in rows:
+        if not isinstance(lr, int | float) or not isinstance(batch, int) or lr <= 0:
+            continue
+        accumulating = strategy.endswith("accumulation")
+        window = steps if accumulating and isinstance(steps, int) else 1
+        key = (optimizer, "lora" if strategy == "lora" else "full", accumulating)
+        found.setdefault(key, Counter())[(float(lr), batch * window)] += 1
+    return {
+        key: (rate, sum(counts.values()), batch)
+        for key, counts in found.items()
+        for (rate, batch), _ in counts.most_common(1)
+    }
 
 
 def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:

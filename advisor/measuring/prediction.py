@@ -25,6 +25,7 @@ and predictions against real steps' live tensor bytes.
 from __future__ import annotations
 
 import copy
+import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -666,9 +667,9 @@ def _step_line(step: dict[str, int], inputs: tuple[int, int]) -> dict:
 # --- advisor fit's tracer ------------------------------------------------------------------------------------
 
 
-def trace(q: Question, configs: list[Config], rules: Rules) -> dict[Config, dict]:
+def trace(q: Question, configs: list[Config], rules: Rules, say=lambda line: None) -> dict[Config, dict]:
     """advisor fit's tracer: the payload of each configuration of a question, traced on the model's config
-    (a reference model at its preset, a user's from its config.json as read)."""
+    (a reference model at its preset, a user's from its config.json as read); `say` hears one line a stage."""
     try:
         model_cfg = model_config(q.model, rules)
     except (ValueError, KeyError, OSError) as e:
@@ -685,12 +686,21 @@ def trace(q: Question, configs: list[Config], rules: Rules) -> dict[Config, dict
     try:
         tracer = Tracer(base, rules.fit)
         out = {}
-        for (adapter, dtype, offload, sharding), group in _grouped(configs).items():
+        groups = _grouped(configs)
+        say(f"tracing {q.model.name}: {len(configs)} configurations in {len(groups)} stages (then cached)")
+        for i, ((adapter, dtype, offload, sharding), group) in enumerate(groups.items(), 1):
+            start = time.perf_counter()
             spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
             optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
             strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
             traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
             out |= {c: traced[(c.optimizer, c.strategy)] for c in group}
+            where = "" if sharding == "none" else f", {sharding}"
+            off = "" if offload == "none" else f", offload {offload}"
+            say(
+                f"[{i}/{len(groups)}] {adapter} {dtype}{where}{off}: {len(optimizers)} optimizers x "
+                f"{len(strategies)} strategies, {time.perf_counter() - start:.1f} s"
+            )
         return out
     except InputError:
         raise

@@ -23,6 +23,7 @@ from advisor.prediction import accelerators, ranking
 from advisor.prediction.cache import PredictionCache, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
+from advisor.prediction.recipe import Recipe, batches, learning_rate, rates_tuned
 from advisor.prediction.row import Row
 from advisor.prediction.sharding import (
     basis,
@@ -106,10 +107,11 @@ class FitAnswer:
                 "memory_gib": round(accelerators.gib(q.budget_gb), 3),  # the unit on the box
             },
             "dtypes": list(q.dtypes),
-            "batch_size": q.batch_size,
+            "batch_size": q.batch_size,  # as asked (None: each configuration's largest that fits)
             "seq_len": q.seq_len,
             "image_size": q.image_size,
-            "accumulation_steps": q.accumulation_steps,
+            "accumulation_steps": q.accumulation_steps,  # as asked (None: what reaches the effective batch)
+            "effective_batch": {"samples": q.effective_batch, "source": q.effective_source},
             "gpus": q.gpus,
             "nodes": q.nodes,
             "attention": q.attention,
@@ -144,11 +146,16 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
     trades = Trades.read(kbs, q, rules)
-    rows = ranking.ranked([_row(q, c, found[keys[bases[c]]], rules, mfu, trades) for c in q.configs])
+    tuned = rates_tuned(kbs, q)
+    rows = ranking.ranked(
+        [_row(q, c, found[keys[bases[c]]], rules, mfu, trades, tuned) for c in q.configs], q.effective_batch
+    )
     first = found[keys[bases[q.configs[0]]]]
     steps = ranking.ladder(rows)
     if steps and steps[-1].row is None:  # several GPUs: the fewest that fit, from the traces at hand
-        steps[-1] = ranking.Rung("several GPUs", several_gpus(q, rows, found, soft, rules, mfu, trades))
+        steps[-1] = ranking.Rung(
+            "several GPUs", several_gpus(q, rows, found, soft, rules, mfu, trades, tuned)
+        )
     return FitAnswer(
         q,
         n_params(first),
@@ -166,7 +173,7 @@ SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 
 
 
 def several_gpus(
-    q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades: Trades
+    q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades: Trades, tuned: dict
 ) -> Row | None:
     """The ladder's last rung: the configuration as asked (full fine-tuning, AdamW, no checkpointing) on the
     fewest accelerators that hold it, with ZeRO-2 or ZeRO-3 (composed from the pure-bf16 trace at hand:
@@ -182,7 +189,7 @@ def several_gpus(
             )
             key = keys_of(replace(wide, configs=(c,)), rules, soft).get(basis(c))
             if key in found:
-                row = _row(wide, c, found[key], rules, mfu, trades)
+                row = _row(wide, c, found[key], rules, mfu, trades, tuned)
                 if row.fits:
                     return row
     return None
@@ -239,24 +246,31 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
     return low
 
 
-def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: Trades) -> Row:
+def _row(
+    q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: Trades, tuned=None, batch=None
+) -> Row:
+    """A configuration priced at its recipe's micro-batch and accumulation (`batch`: at these instead)."""
     payload = per_rank(c, traced, q, rules)
-    phase, gb = memory_at(q, payload, q.batch_size, rules)
-    k = q.window(c.strategy)
-    flops = step_flops(payload, q.batch_size) * k
+    largest = max_batch(q, payload, rules)
+    b, k = batch or batches(q, c.strategy, largest)  # the recipe's micro-batch and accumulation
+    phase, gb = memory_at(q, payload, b, rules)
+    flops = step_flops(payload, b) * k
     trained = trainable(payload)
     rank_host = host_bytes(payload)  # one process's: an offloaded or paged optimizer's
     on_host = host_per_node(c, traced, q) if c.sharding != "none" else None
     host = on_host if on_host is not None else rank_host  # what the JSON and the table say: per node
     volume = communication(c, traced, q)
     step_s = _step_seconds(q, c, traced, payload, flops, gb["total"] + rank_host / 1e9, volume, mfu, rules)
-    samples = q.world * q.batch_size * k / step_s if step_s else None  # the job's: every rank a micro-batch
+    samples = q.world * b * k / step_s if step_s else None  # the job's: every rank a micro-batch
     adapter = q.adapter_of(c.adapter)
     info = rules.optimizer_info[c.optimizer]
+    rate = learning_rate(q, c, rules, tuned)
 
     def code_of():
-        args, code = training_code(q, c, adapter, rules)
-        return args, code, launch(q, c, adapter, rules) if c.sharding != "none" else None
+        recipe = Recipe(b, k, rate)
+        sharded = launch(q, c, adapter, rules) if c.sharding != "none" else None
+        args, code = training_code(q, c, adapter, rules, recipe, sharded)
+        return args, code, sharded
 
     return Row(
         c,
@@ -264,7 +278,7 @@ def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades:
         gb["total"] <= usable_gb(q, rules),
         gb,
         phase,
-        max_batch(q, payload, rules),
+        largest,
         flops,
         step_s,
         samples,
@@ -280,6 +294,10 @@ def _row(q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades:
         q.nodes,
         trades.adapters.get(c.adapter),
         trades.adapter_evidence.get(c.adapter),
+        b,
+        k,
+        rate,
+        lambda micro, window: _row(q, c, traced, rules, mfu, trades, tuned, (micro, window)),
     )
 
 

@@ -27,11 +27,14 @@ class FitOptions:
     memory: float | None = (
         None  # the memory budget in GiB (the unit on the box), instead of (or overriding) the accelerator's
     )
-    batch_size: int = 1  # micro-batch size (per_device_train_batch_size)
+    batch_size: int | None = None  # micro-batch (per_device_train_batch_size); None: the largest that fits
     seq_len: int | None = None  # tokens per sample; None: the family's default, capped at the model's maximum
     image_size: int | None = None  # image side in pixels; None: the config's
     dtype: str | tuple[str, ...] | None = None  # one or several of DTYPES; None: the accelerator's menu
-    accumulation_steps: int = 4  # micro-batches per optimizer step with accumulation
+    accumulation_steps: int | None = (
+        None  # micro-batches per step with accumulation; None: to the effective batch
+    )
+    effective_batch: int | None = None  # samples per optimizer step over every rank; None: rules/fit.toml's
     optimizers: tuple[str, ...] = ()  # only these; (): the menu's (rules/optimizers.toml, menu = true)
     strategies: tuple[str, ...] = ()  # only these; (): every strategy of the rules
     adapters: tuple[str, ...] = ()  # full | lora | qlora; (): every one that applies
@@ -55,10 +58,10 @@ class Question:
     model: ResolvedModel
     accelerator: Accelerator | None
     budget_gb: float  # the memory a configuration must fit in
-    batch_size: int
+    batch_size: int | None  # the micro-batch as given; None: each row's largest that fits (recipe.py)
     seq_len: int | None
     image_size: int | None
-    accumulation_steps: int
+    accumulation_steps: int | None  # as given; None: what reaches the effective batch
     configs: tuple[Config, ...]  # the menu asked, in the rules' order
     lora: Adapter = Adapter("lora")  # the rank, alpha, targets and base bits every adapter row uses
     attention: str = "sdpa"  # as asked: sdpa | eager | flash_attention_2
@@ -66,6 +69,8 @@ class Question:
     left_out: tuple[str, ...] = ()  # what the default menu left out, and why
     gpus: int = 1  # accelerators per node
     nodes: int = 1
+    effective_batch: int = 16  # samples per optimizer step over every rank that a recipe reaches
+    effective_source: str = ""  # where that figure comes from: --effective-batch, or the rules' default
 
     @property
     def world(self) -> int:
@@ -93,10 +98,6 @@ class Question:
     def adapter_of(self, kind: str) -> Adapter:
         """The adapter a configuration's `adapter` names, with the question's LoRA settings."""
         return Adapter() if kind == "full" else replace(self.lora, kind=kind)
-
-    def window(self, strategy: str) -> int:
-        """Micro-batches per optimizer step under a strategy."""
-        return self.accumulation_steps if strategy.endswith("accumulation") else 1
 
 
 def question(
@@ -134,6 +135,7 @@ def question(
         left_out,
         options.gpus,
         options.nodes,
+        *_effective(options, model, rules),
     )
 
 
@@ -351,8 +353,6 @@ def _normalized(options: FitOptions) -> FitOptions:
 def _check_numbers(options: FitOptions) -> None:
     """What click checks on the command line, for the Python API too."""
     checks = [
-        ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
-        ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
         ("--lora-r", options.lora_r, 1, "a whole, positive rank; 8 to 64 are usual"),
         ("--gpus", options.gpus, 1, "a whole number of accelerators per node, 1 or more"),
         ("--nodes", options.nodes, 1, "a whole number of nodes, 1 or more"),
@@ -363,6 +363,13 @@ def _check_numbers(options: FitOptions) -> None:
             "pass --nodes for more.",
             "--gpus",
         )
+    for flag, value, least, what in (
+        ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
+        ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
+        ("--effective-batch", options.effective_batch, 1, "a whole number of samples per step, 1 or more"),
+    ):
+        if value is not None:
+            checks.append((flag, value, least, what))
     if options.seq_len is not None:
         checks.append(("--seq-len", options.seq_len, 4, "a whole number of tokens, 4 or more"))
     if options.image_size is not None:
@@ -375,6 +382,25 @@ def _check_numbers(options: FitOptions) -> None:
         if value is not None and (not number or not math.isfinite(value) or not 0 < value <= top):
             bound = "a positive number of GB" if flag == "--memory" else "a fraction in (0, 1]"
             raise InputError(f"{flag} must be {bound} (got {value!r}).", flag)
+
+
+def _effective(options: FitOptions, model: ResolvedModel, rules: Rules) -> tuple[int, str]:
+    """(samples per optimizer step over every rank, its source): --effective-batch, the product of a given
+    micro-batch, accumulation and ranks, or the family's default (rules/fit.toml [recipe.effective_batch])."""
+    world = options.gpus * options.nodes
+    given = (options.batch_size, options.accumulation_steps)
+    if options.effective_batch is not None:
+        if None not in given:
+            raise InputError(
+                "--effective-batch is --batch-size x --accumulation-steps x GPUs: pass two of the three.",
+                "--effective-batch",
+            )
+        return options.effective_batch, "--effective-batch"
+    if None not in given:
+        return given[0] * given[1] * world, "--batch-size x --accumulation-steps x GPUs"
+    table = rules.fit["recipe"]["effective_batch"]
+    name = model.family.name
+    return table.get(name, table["other"]), f"the default for {name} models (rules/fit.toml [recipe])"
 
 
 def _check_attention(options: FitOptions, acc: Accelerator | None) -> None:

@@ -1,7 +1,12 @@
 """How `advisor fit` orders the menu, as a practitioner picks: among configurations that fit, an AdamW-class
 optimizer, giving up as little as possible (the ladder's order: pure bf16, then 8-bit states, then
-checkpointing, then LoRA, then QLoRA, then offload), at the highest precision, fastest by tokens/s; then the
-rest. When nothing as asked fits, the ladder quantifies each rung and the first that fits is the answer."""
+checkpointing, then LoRA, then 4-bit states, then QLoRA, then offload), at the highest precision, reaching the
+effective batch, fastest by tokens/s; then the rest. When nothing as asked fits, the ladder quantifies each
+rung and the first that fits is the answer.
+
+Full fine-tuning with 4-bit optimizer states ranks after LoRA: a 4-bit state (Li et al. 2023) has far less
+published fine-tuning behind it than LoRA, and its step costs more (rules/fit.toml [optimizers]), so a
+practitioner reaches for LoRA first; it still ranks before QLoRA, which quantizes the weights themselves."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from dataclasses import dataclass
 from advisor.prediction.accelerators import gib
 from advisor.prediction.row import Row
 
-RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "QLoRA", "offload")
+RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "4-bit states", "QLoRA", "offload")
+LADDER_NOTE = "each rung the best that pulls its lever, not every lever above it"
 PRECISION = {"fp32": 0, "bf16-mixed": 1, "fp16-mixed": 1, "bf16": 2}  # highest first
 SHOWN = 12  # rows of the default output
 SEVERAL_GPUS = (
@@ -22,8 +28,10 @@ SEVERAL_GPUS = (
 def rung(row: Row) -> int:
     """The furthest lever a configuration pulls, in the ladder's order (0: none, as asked)."""
     if row.offload != "none":
-        return 6
+        return 7
     if row.adapter.kind == "qlora":
+        return 6
+    if row.adapter.kind == "full" and row.bits < 8:
         return 5
     if row.adapter.kind == "lora":
         return 4
@@ -34,10 +42,10 @@ def rung(row: Row) -> int:
     return 1 if row.dtype == "bf16" else 0
 
 
-def key(row: Row) -> tuple:
+def key(row: Row, effective: int = 1) -> tuple:
     """The practitioner's order: what fits, AdamW-class, the least given up, the highest precision and state
-    bits, a micro-batch per step (accumulation changes the effective batch, never saves memory at a fixed
-    micro-batch), then the fastest (the least memory where no speed is known)."""
+    bits, reaching the effective batch (`effective` samples per step) with the fewest micro-batches a step,
+    then the fastest (the least memory where no speed is known)."""
     speed = -(row.tokens_per_s or row.throughput or 0.0)
     if not row.fits:
         return (1, not row.adamw, rung(row), row.total)
@@ -47,15 +55,17 @@ def key(row: Row) -> tuple:
         rung(row),
         PRECISION[row.dtype],
         -row.bits,
-        row.strategy.endswith("accumulation"),
+        row.effective_batch < effective,  # short of it: a noisier update than the recipe asks
+        row.accumulation_steps,
         row.optimizer.startswith("paged_"),  # a paged twin only where its unpaged one does not fit
         speed,
         row.total,
     )
 
 
-def ranked(rows: list[Row]) -> list[Row]:
-    return sorted(rows, key=key)
+def ranked(rows: list[Row], effective: int = 1) -> list[Row]:
+    """Rows in the practitioner's order, for a question whose recipe steps on `effective` samples."""
+    return sorted(rows, key=lambda r: key(r, effective))
 
 
 @dataclass

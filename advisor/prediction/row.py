@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from advisor.prediction.question import Question
+from advisor.prediction.recipe import LearningRate
 from advisor.prediction.snippets import keyword_arguments
 from advisor.prediction.step import Adapter, Config
 
@@ -38,6 +39,14 @@ class Row:
         None  # what its adapter (LoRA) gives up against full fine-tuning, with evidence
     )
     adapter_evidence: str | None = None  # of that, the KB's measured loss alone (None: the KB has none)
+    batch_size: int = 1  # the micro-batch it is priced at (the recipe's: recipe.batches)
+    accumulation_steps: int = 1  # micro-batches per optimizer step
+    rate: LearningRate | None = None  # the learning rate and schedule the code starts from
+    repriced: Callable[[int, int], Row] | None = field(default=None, repr=False, compare=False)
+
+    def at(self, batch_size: int, accumulation_steps: int) -> Row:
+        """The same configuration priced at another micro-batch and accumulation (to compare two rows alike)."""
+        return self.repriced(batch_size, accumulation_steps) if self.repriced else self
 
     optimizer = property(lambda self: self.config.optimizer)
     strategy = property(lambda self: self.config.strategy)
@@ -68,6 +77,11 @@ class Row:
         return self._code[2]
 
     @property
+    def effective_batch(self) -> int:
+        """Samples per optimizer step over every rank."""
+        return self.batch_size * self.accumulation_steps * self.world
+
+    @property
     def total(self) -> float:
         return self.memory_gb["total"]
 
@@ -93,8 +107,10 @@ class Row:
             "dtype": self.dtype,
             "attention": q.attention,
             "offload": self.offload,
-            "batch_size": q.batch_size,
-            "accumulation_steps": q.window(self.strategy),
+            "batch_size": self.batch_size,
+            "accumulation_steps": self.accumulation_steps,
+            "effective_batch": self.effective_batch,
+            "learning_rate": self.rate.as_dict() if self.rate else None,
             "fits": self.fits,
             "max_batch_size": self.max_batch_size,
             "memory_gb": self.memory_gb,

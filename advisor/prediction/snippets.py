@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 
 from advisor.prediction.question import Question
+from advisor.prediction.recipe import Recipe
 from advisor.prediction.step import Adapter, Config
 from advisor.rules import Rules
 
@@ -31,13 +32,20 @@ OFFLOAD = {  # DeepSpeed ZeRO-Offload on one GPU: ZeRO stage 2 with the optimize
 }
 
 
-def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tuple[dict, str]:
-    """The configuration as TrainingArguments (a dict, for --json) and the Python that trains it."""
-    args = training_arguments(q, c, rules)
+def training_code(
+    q: Question, c: Config, adapter: Adapter, rules: Rules, recipe: Recipe, launched: dict | None = None
+) -> tuple[dict, str]:
+    """The configuration as TrainingArguments (a dict, for --json) and the Python that trains it at its
+    recipe (micro-batch, accumulation, learning rate); for several accelerators, its launch as a header."""
+    args = training_arguments(q, c, rules, recipe)
     auto = AUTO_CLASS.get(q.model.family.name, "AutoModel")
-    lines = ["import torch"]
+    lines = _header(q, recipe, launched) + ["import torch"]
     if adapter.kind != "full":
         lines.append("from peft import LoraConfig, get_peft_model")
+    if c.strategy == "selective-checkpointing":
+        lines.append(
+            "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts"
+        )
     imports = [auto, "Trainer", "TrainingArguments"] + (
         ["BitsAndBytesConfig"] if adapter.kind == "qlora" else []
     )
@@ -45,16 +53,12 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
     info = rules.optimizer_info[c.optimizer]
     if info.imports:
         lines.append(info.imports)
-    if c.strategy == "selective-checkpointing":
-        lines.append(
-            "from advisor.measuring.strategies import enable_checkpointing  # torch's selective checkpointing policy"
-        )
     lines.append("")
     if c.sharding == "zero3":  # made first: from_pretrained then loads each rank's partition (zero.Init)
         lines += _arguments(args)
     lines += _load(q, c, adapter, auto)
     if c.strategy == "selective-checkpointing":
-        lines.append("enable_checkpointing(model, selective=True)")
+        lines += SELECTIVE
     if adapter.kind != "full":
         targets = list(adapter.targets) if adapter.targets else "all-linear"
         keep = ", autocast_adapter_dtype=False" if c.dtype == "bf16" else ""  # pure bf16: bf16 adapters too
@@ -67,8 +71,10 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
     if c.sharding != "zero3":
         lines += _arguments(args)
     if info.trainer is None:
+        code = info.code.replace("ADAMW_LR", repr(recipe.rate.adamw_lr)).replace("LR", repr(recipe.rate.lr))
         lines += [
-            f"optimizer = {info.code}",
+            *(line for name, body in DEFINITIONS.items() if code.startswith(name) for line in body),
+            f"optimizer = {code}",
             "trainer = Trainer(model=model, args=args, train_dataset=train_dataset, optimizers=(optimizer, None))",
         ]
     else:
@@ -77,15 +83,98 @@ def training_code(q: Question, c: Config, adapter: Adapter, rules: Rules) -> tup
     return args, "\n".join(lines)
 
 
+# Selective checkpointing as torch ships it: matrix products and attention saved, the cheap rest recomputed
+SELECTIVE = [
+    "aten = torch.ops.aten",
+    "SAVED = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,",
+    "         aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,",
+    "         aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default}",
+    "",
+    "",
+    "def selective(ctx, op, *args, **kwargs):  # save matrix products and attention, recompute the rest",
+    "    return CheckpointPolicy.MUST_SAVE if op in SAVED else CheckpointPolicy.PREFER_RECOMPUTE",
+    "",
+    "",
+    "model.activation_checkpointing_enable(activation_checkpointing_kwargs={",
+    '    "use_reentrant": False, "context_fn": lambda: create_selective_checkpoint_contexts(selective)})',
+    "model.config.use_cache = False",
+]
+
+
+# Classes the printed code defines where no library has them (rules/optimizers.toml `code` names them), so
+# that it imports nothing of advisor's: Muon steps 2-D hidden matrices only, and Trainer takes one optimizer.
+DEFINITIONS = {
+    "MuonWithAdamW": [
+        "",
+        "class MuonWithAdamW(torch.optim.Optimizer):",
+        '    """torch\'s Muon for the hidden 2-D matrices, AdamW for embeddings, output layer, norms and biases."""',
+        "",
+        "    def __init__(self, model, lr, adamw_lr, weight_decay=0.1):",
+        "        ends = {id(p) for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None",
+        "                for p in m.parameters()}",
+        "        params = [p for p in model.parameters() if p.requires_grad]",
+        "        hidden = [p for p in params if p.ndim == 2 and id(p) not in ends]",
+        "        rest = [p for p in params if p.ndim != 2 or id(p) in ends]",
+        "        self.inner = [torch.optim.Muon(hidden, lr=lr, weight_decay=weight_decay),",
+        "                      torch.optim.AdamW(rest, lr=adamw_lr, weight_decay=0.01)]",
+        "        super().__init__(params, {})",
+        "        self.param_groups = [g for o in self.inner for g in o.param_groups]  # a schedule reaches both",
+        "",
+        "    def step(self, closure=None):",
+        "        loss = closure() if closure is not None else None",
+        "        for o in self.inner:",
+        "            o.step()",
+        "        return loss",
+        "",
+        "    def state_dict(self):",
+        '        return {"inner": [o.state_dict() for o in self.inner]}',
+        "",
+        "    def load_state_dict(self, state_dict):",
+        '        for o, inner in zip(self.inner, state_dict["inner"]):',
+        "            o.load_state_dict(inner)",
+        "",
+    ],
+}
+
+
+def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
+    """Comments above the code: the recipe's batch and rate with their sources, and for several
+    accelerators how to launch it, with the accelerate config it needs."""
+    rate = recipe.rate
+    step = f"{recipe.batch_size} x {recipe.accumulation_steps} x {q.world} GPU{'s' * (q.world > 1)}"
+    out = [
+        f"# train.py: {q.model.name}, {recipe.batch_size * recipe.accumulation_steps * q.world} samples per "
+        f"optimizer step ({step}).",
+        f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: "
+        + (
+            "tuned in your KB."
+            if rate.tuned
+            else "a default, not tuned for this model (advisor fit --json says why)."
+        ),
+    ]
+    if launched:
+        out += [
+            f"# Launch: {launched['command']}",
+            f"# or: {launched['accelerate_command']}, with accelerate.yaml:",
+        ]
+        out += [f"#   {line}" for line in launched["accelerate_config"].splitlines()]
+    return out + [""]
+
+
 def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
     """The model loaded at the configuration's precision: fp32 weights under mixed precision (a frozen
     adapter base in half), bf16 for pure bf16, quantized for QLoRA."""
-    source = q.model.name
+    source = q.model.hub_id
     half = HALF.get(c.dtype)
     weights = "bf16" if c.dtype == "bf16" else (half if half and adapter.kind != "full" else "fp32")
+    mine = (
+        "the published model of its size; or your weights' folder"
+        if q.model.reference
+        else "or your weights' folder"
+    )
     out = [
         f"model = {auto}.from_pretrained(",
-        f"    {source!r},  # your weights",
+        f"    {source!r},  # {mine}",
         f"    dtype={TORCH_DTYPE[weights]},",
         f"    attn_implementation={q.attention!r},",
     ]
@@ -123,12 +212,14 @@ def keyword_arguments(args: dict) -> dict:
     return out
 
 
-def training_arguments(q: Question, c: Config, rules: Rules) -> dict:
-    """TrainingArguments for the configuration: no deprecated argument of the installed transformers."""
+def training_arguments(q: Question, c: Config, rules: Rules, recipe: Recipe) -> dict:
+    """TrainingArguments for the configuration at its recipe: no deprecated argument of the installed
+    transformers."""
     args: dict = {
         "output_dir": "out",
-        "per_device_train_batch_size": q.batch_size,
-        "gradient_accumulation_steps": q.window(c.strategy),
+        "per_device_train_batch_size": recipe.batch_size,
+        "gradient_accumulation_steps": recipe.accumulation_steps,
+        **recipe.rate.arguments(),
     }
     if c.strategy in ("checkpointing", "checkpointing+accumulation"):
         args["activation_checkpointing"] = True

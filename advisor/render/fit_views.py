@@ -14,6 +14,7 @@ from rich.text import Text
 
 from advisor.model_ref import shipped_models
 from advisor.prediction.accelerators import gib
+from advisor.prediction.ranking import LADDER_NOTE
 from advisor.render.numbers import fmt
 from advisor.rules import Rules
 
@@ -99,33 +100,88 @@ def _fit_head(answer, verbose: bool) -> Panel:
     if q.world > 1:
         nodes = f" × {q.nodes} nodes" if q.nodes > 1 else ""
         where = f"{q.gpus} × {where}{nodes}, per rank"
-    head.append(f"{where}: {gib(q.budget_gb):.4g} GiB · batch {q.batch_size}")
-    head.append(f" × {q.seq_len} tokens" if q.seq_len else "")
-    head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
-    head.append(f" · accumulating {q.accumulation_steps}")
-    head.append(f" · attention {answer.attention}\n" if verbose else "\n")
     pick, n = answer.pick, len(answer.rows)
+    head.append(f"{where}: {gib(q.budget_gb):.4g} GiB")
+    head.append(f" · {q.seq_len} tokens a sample" if q.seq_len else "")
+    head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
+    head.append(f" · attention {answer.attention}\n" if verbose else "\n")
     if pick:
-        speed = f", {pick.tokens_per_s:,.0f} tokens/s" if pick.tokens_per_s else ""
+        speed = (
+            f", {pick.tokens_per_s:,.0f} tokens/s"
+            if pick.tokens_per_s
+            else f", {fmt(pick.throughput)} samples/s"
+            if pick.throughput
+            else ""
+        )
         head.append("The pick: ", style="bold green")
         head.append(f"{pick.label}\n", style="bold")
-        head.append(f"{gib(pick.total):.1f} GiB{speed} · {len(answer.fitting)} of {n} configurations fit")
+        head.append(f"{gib(pick.total):.1f} GiB{speed} · {_batch(pick)} · {len(answer.fitting)} of {n} fit\n")
+        head.append(f"Learning rate {pick.rate.lr:g}, {pick.rate.schedule}: {_rate_origin(pick.rate)}")
+        trade = qlora_trade(answer)
+        head.append(f"\n{trade}" if trade else "")
     elif answer.several:
         r = answer.several
         head.append(f"None of {n} configurations fits one GPU. ", style="bold yellow")
-        head.append(f"The fewest that hold it: {r.label} ({gib(r.total):.1f} GiB per rank)")
+        head.append(f"The fewest that hold it: {r.label} ({gib(r.total):.1f} GiB per rank, {_batch(r)})")
     else:
         head.append(f"None of {n} configurations fits.", style="bold red")
     cache = "from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
-    shown = len(answer.shown())
-    more = f" · {shown} of {n} shown (--all for every one)" if verbose and shown < n else ""
-    head.append(f" · {cache}{more}", style="dim")
+    listed = len(answer.shown())
+    more = f" · {listed} of {n} shown (--all for every one)" if verbose and listed < n else ""
+    head.append(f"\n{cache}{more}" if pick else f" · {cache}{more}", style="dim")
     return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
+
+
+def _batch(row) -> str:
+    """A row's recipe batch in a few words: 'batch 2 × 8 accumulated = 16 a step'."""
+    if row.accumulation_steps == 1 and row.world == 1:
+        return f"batch {row.batch_size}"
+    ranks = f" × {row.world} GPUs" if row.world > 1 else ""
+    steps = f" × {row.accumulation_steps} accumulated" if row.accumulation_steps > 1 else ""
+    return f"batch {row.batch_size}{steps}{ranks} = {row.effective_batch} a step"
+
+
+def _rate_origin(rate) -> str:
+    """Where a learning rate comes from, in a few words."""
+    return (
+        "tuned in your KB" if rate.tuned else "a published default, not tuned for this model (--json: source)"
+    )
+
+
+def qlora_trade(answer) -> str | None:
+    """What QLoRA would buy beside a LoRA pick that fits: its memory and speed against the pick's."""
+    pick = answer.pick
+    if pick is None or pick.adapter.kind != "lora":
+        return None
+    twin = next(
+        (
+            r
+            for r in answer.fitting
+            if r.adapter.kind == "qlora"
+            and (r.optimizer, r.strategy, r.dtype) == (pick.optimizer, pick.strategy, pick.dtype)
+        ),
+        None,
+    )
+    if twin is None:
+        return None
+    twin = twin.at(pick.batch_size, pick.accumulation_steps)  # alike: the pick's micro-batch and accumulation
+    speed = ""
+    if pick.tokens_per_s and twin.tokens_per_s:
+        change = twin.tokens_per_s / pick.tokens_per_s - 1
+        speed = (
+            " at the same predicted speed (its dequantization is not charged yet)"
+            if abs(change) < 0.005
+            else f" at {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
+        )
+    return (
+        f"QLoRA instead, at the same batch: {gib(twin.total):.1f} GiB against {gib(pick.total):.1f}{speed}, "
+        f"its base weights in {twin.adapter.base_bits} bits."
+    )
 
 
 def _ladder(answer) -> Text:
     """Each lever in turn, a line each: ✓ or ✗, what it changes, its memory (the sentences: --json)."""
-    text = Text("Nothing as asked fits. The ladder, lever by lever:\n", style="bold yellow")
+    text = Text(f"Nothing as asked fits. The ladder, lever by lever ({LADDER_NOTE}):\n", style="bold yellow")
     for rung in answer.ladder:
         if rung.row is None:
             text.append(f"✗ {rung.sentence}\n")

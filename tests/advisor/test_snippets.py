@@ -18,6 +18,7 @@ import pytest
 import advisor
 from advisor.model_ref import resolve_model
 from advisor.prediction.question import FitOptions, question
+from advisor.prediction.recipe import Recipe, accumulates, learning_rate
 from advisor.prediction.snippets import keyword_arguments, training_code
 from advisor.rules import load_rules
 
@@ -38,6 +39,11 @@ for key, code in snippets.items():
     exec(compile(code, key, "exec"), namespace)
     print("ran", key, flush=True)
 """
+
+
+def recipe(q, c, rules) -> Recipe:
+    """A configuration's recipe as a row prices it, at a micro-batch of 2."""
+    return Recipe(2, 4 if accumulates(c.strategy) else 1, learning_rate(q, c, rules))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,16 @@ def test_the_printed_code_trains_a_tiny_model_with_warnings_as_errors(invoke, ti
         ("full", None, "fp32", "adamw", "standard", "none"),  # the pick on a CPU
         ("lora", None, "fp32", "adamw", "checkpointing", "none"),
         ("full", None, "fp32", "adamw", "selective-checkpointing", "none"),
+        (
+            "lora",
+            None,
+            "fp32",
+            "adamw",
+            "selective-checkpointing",
+            "none",
+        ),  # QLoRA's pick's strategy, peft's model
         ("full", None, "fp32", "muon", "standard", "none"),
+        ("full", None, "fp32", "schedule_free_adamw", "checkpointing+accumulation", "none"),
         ("full", None, "fp32", "adamw_bnb_8bit", "accumulation", "none"),
         ("full", None, "fp32", "adafactor", "standard", "none"),
     ]
@@ -94,6 +109,8 @@ def test_the_printed_code_trains_a_tiny_model_with_warnings_as_errors(invoke, ti
         ("full", None, "bf16", "adamw", "standard", "none"),
     ]
     snippets = codes(invoke, tiny_model, "cpu", cpu, db) | codes(invoke, tiny_model, "H100", gpu, db)
+    for code in snippets.values():  # the user's script needs the libraries, never advisor
+        assert "advisor" not in code.replace("advisor fit", ""), code
     (tmp_path / "snippets.json").write_text(json.dumps(snippets))
     run = subprocess.run(
         [
@@ -126,7 +143,7 @@ def test_training_arguments_are_trainers_own():
     q = question(resolve_model(str(QWEN), rules), FitOptions(gpu="A100-80GB", seq_len=256), rules)
     names = {f.name for f in fields(TrainingArguments)}
     for c in q.configs:
-        args, code = training_code(q, c, q.adapter_of(c.adapter), rules)
+        args, code = training_code(q, c, q.adapter_of(c.adapter), rules, recipe(q, c, rules))
         assert set(args) <= names, (c, args)
         assert "gradient_checkpointing" not in code
         assert "optim" not in args or args["optim"] in {o.value for o in OptimizerNames}
@@ -200,7 +217,7 @@ def test_every_configurations_training_arguments_build_as_printed_with_warnings_
     for menu in MENUS:
         q = question(model, FitOptions(seq_len=256, **menu), rules)
         for c in q.configs:
-            args, code = training_code(q, c, q.adapter_of(c.adapter), rules)
+            args, code = training_code(q, c, q.adapter_of(c.adapter), rules, recipe(q, c, rules))
             block = arguments_block(code)
             assert printed_arguments(block) == args, c  # the code and the dict never drift
             extra = {} if q.device == "cpu" else {"use_cpu": True}  # a CPU's snippet has it already
@@ -256,7 +273,9 @@ def test_hsdp_arguments_carry_accelerates_object_as_printed():
     rules = load_rules()
     options = FitOptions(gpu="H100", gpus=8, nodes=2, shardings=("hsdp",), seq_len=256)
     q = question(resolve_model(str(QWEN), rules), options, rules)
-    args, code = training_code(q, q.configs[0], q.adapter_of(q.configs[0].adapter), rules)
+    args, code = training_code(
+        q, q.configs[0], q.adapter_of(q.configs[0].adapter), rules, recipe(q, q.configs[0], rules)
+    )
     made = keyword_arguments(args)["parallelism_config"]
     assert isinstance(made, ParallelismConfig) and (made.dp_replicate_size, made.dp_shard_size) == (2, 8)
     assert args["parallelism_config"] == {"dp_replicate_size": 2, "dp_shard_size": 8}

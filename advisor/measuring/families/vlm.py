@@ -29,6 +29,11 @@ from advisor.measuring.families.decoder import llama_text_config
 from advisor.measuring.tokenizer import SPECIAL_IDS
 
 PIXEL_SHUFFLE = 2  # nanoVLM's modality projector: 4 patches become one image token
+IMAGE_LISTS = (
+    "idefics2",
+    "idefics3",
+    "smolvlm",
+)  # take pixel_values as (batch, images, 3, H, W); others (batch, 3, H, W)
 
 
 @register
@@ -89,12 +94,13 @@ class VisionLanguage(Family):
         vision = config.vision_config
         image = side(vision.image_size)
         scale = getattr(config, "scale_factor", 1)
+        pooled = getattr(config, "mm_tokens_per_image", None)  # Gemma 3 pools an image to a fixed count
         return Shape(
             seq_len=seq,
             vocab_size=text_vocab(config),
             image_size=image,
             image_token_id=config.image_token_id,
-            image_tokens=(image // vision.patch_size) ** 2 // scale**2,
+            image_tokens=pooled or (image // vision.patch_size) ** 2 // scale**2,
         )
 
     def model_class(self):
@@ -173,5 +179,11 @@ class VisionLanguage(Family):
         image = torch.full((batch_size, shape.image_tokens), shape.image_token_id, dtype=torch.long)
         ids = torch.cat([image, caption], dim=1)
         labels = torch.cat([torch.full_like(image, IGNORE), caption], dim=1)
-        pixels = torch.randn(batch_size, 1, 3, shape.image_size, shape.image_size)
-        return {"input_ids": ids, "labels": labels, "pixel_values": pixels}
+        listed = config.model_type in IMAGE_LISTS
+        pixels = torch.randn(batch_size, *((1,) if listed else ()), 3, shape.image_size, shape.image_size)
+        batch = {"input_ids": ids, "labels": labels, "pixel_values": pixels}
+        if (
+            config.model_type == "gemma3"
+        ):  # its processor marks image tokens: attention over them is bidirectional
+            batch["token_type_ids"] = torch.cat([torch.ones_like(image), torch.zeros_like(caption)], dim=1)
+        return batch
