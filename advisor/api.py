@@ -111,7 +111,10 @@ def recommend(
             for o in dict.fromkeys((*resolved.family.grid_optimizers, *rules.optimizers))
             if installed(rules, o)
         )
+        # at one micro-batch for every configuration (the user's, else 1): a ranking by predicted memory or speed
+        # compares like with like, not each row at the largest batch it fits
         shape = dict(gpu=gpu, memory=memory, adapters=("full",), offload=("none",), dtype=mixed_dtype(acc))
+        shape["batch_size"] = menu.get("batch_size") or 1
         fitted = fit(resolved, optimizers=grid, **shape)
         menu_answer = fit(
             resolved,

@@ -36,14 +36,19 @@ class ResolvedModel:
     def hub_id(self) -> str:
         """What `from_pretrained` loads: a published model's Hub id, the Hugging Face id or folder as given,
         or the published model of a reference model's size (rules/families.toml `hub`)."""
-        if self.reference:
-            return self.family.hub or self.name
+        if self.twinned:
+            return self.family.hub
         shipped = (
             shipped_model(self.name)
             if self.config_path and self.config_path.is_relative_to(shipped_models_dir())
             else None
         )
         return shipped_models()[shipped[0]]["hub"] if shipped else self.name
+
+    @property
+    def twinned(self) -> bool:
+        """A reference model ('vit') whose family names the published model of its paper size to load."""
+        return self.reference and self.name == self.family.reference_model and bool(self.family.hub)
 
     @property
     def reference(self) -> bool:
@@ -255,6 +260,22 @@ def _hub_config(repo_id: str, rules: Rules) -> Path:
     """config.json of a Hub id, fetched alone (no weights) when online; else ModelNotResolved with the
     command that fetches it."""
     refs = ", ".join(f.reference_model for f in rules.families.values())
+    if repo_id.startswith(
+        (".", "/", "~")
+    ):  # a path, never a Hub id (whose owner starts with a letter or digit)
+        path = Path(repo_id).expanduser()
+        held = (
+            "has no config.json"
+            if path.is_dir()
+            else "is not there"
+            if not path.exists()
+            else "is not a folder"
+        )
+        raise ModelNotResolved(
+            f"cannot resolve model {repo_id!r}: the folder {held}. Pass a folder that holds the model's "
+            "config.json (the weights are not needed), a published model (`advisor fit --list-models`) or a "
+            "Hugging Face id (owner/name)."
+        )
     if repo_id.count("/") != 1 or Path(repo_id).expanduser().exists():
         raise ModelNotResolved(
             f"cannot resolve model {repo_id!r}: it is not one of {refs}, not a published model advisor ships "

@@ -330,7 +330,7 @@ _LEARNING_RATE = table(
         "lr": req(number(above=0, high=10, eg=2e-4)),
         "schedule": req(text(choices=("constant", "cosine", "linear"))),
         "warmup_ratio": req(number(low=0, below=1, eg=0.03)),
-        **_texts("source"),
+        **_texts("source", "short"),
     }
 )
 

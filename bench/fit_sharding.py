@@ -37,6 +37,8 @@ def fit(db: Path, model: str, *args: str) -> tuple[float, dict]:
             "fit",
             "--model",
             str(FIXTURES / model),
+            "--batch-size",  # its figures compare shardings at one micro-batch, not each at its largest
+            "1",
             *args,
             "--db",
             str(db),

@@ -68,6 +68,13 @@ def plan_rows(d: dict) -> list[tuple]:
     return rows
 
 
+def fit_cold_rows(d: dict) -> list[tuple]:
+    return [
+        (f"a cold advisor fit: {name}", "seconds, wall", spread(q["wall_s"]), f"≤ {q['target_s']:g} s")
+        for name, q in d["questions"].items()
+    ]
+
+
 BENCHES = {
     "recommend-latency-cpu.json": recommend_rows,
     "report-latency-cpu.json": report_rows,
@@ -76,6 +83,7 @@ BENCHES = {
     "cell-time-small-cpu.json": cell_rows,
     "plan-accuracy-cpu.json": plan_rows,
     "plan-accuracy-small-cpu.json": plan_rows,
+    "fit-cold-cpu.json": fit_cold_rows,
 }
 
 

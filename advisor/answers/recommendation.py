@@ -236,7 +236,7 @@ def seeded_second_look(
     theirs = rank_group(GroupEvidence(conn, seeded, rules), metric, replace(c, menu=None)).recommendation
     if theirs is None:
         return []
-    said = f"{seeded.label} ({seeded.n_seeds} seeds, {params_text(seeded.n_params)} parameters)"
+    said = f"{seeded.label} ({params_text(seeded.n_params)} parameters)"
     if (theirs.optimizer, theirs.strategy) == (pick.optimizer, pick.strategy):
         return [f"Single-run evidence; the best evidence with repeated seeds, {said}, picks the same."]
     return [

@@ -23,6 +23,8 @@ from advisor.cli.params import (
     shape_options,
     write_db_option,
 )
+from advisor.errors import KBError
+from advisor.kb.reader import USER_ID_OFFSET, group_ref, run_groups
 from advisor.places import shipped_rules_dir
 from advisor.render.views import validation_view
 from advisor.rules import load_rules
@@ -276,12 +278,24 @@ def closing_lines(measured, db) -> str:
         )
     done = sum(r.status == "ok" for r in results)
     first = grid.cells[0].config.model if grid.cells else "MODEL"
-    ask = f" Ask: advisor recommend --model {first} --source measured" + (f" --db {db}" if db else "")
+    ask = f" Ask: advisor recommend --model {first} {_measured_group(grid, results, db)}"
     lines.append(
         f"{done} ok of {counted(len(results), 'cell')}, written to {grid.path}."
         + (ask if any(r.status in ("ok", "skipped") for r in results) else "")
     )
     return "\n".join(lines)
+
+
+def _measured_group(grid, results, db) -> str:
+    """The flags that make recommend answer from the group just measured: `--group u2` in the user's KB (read
+    beside the shipped one), `--group 2 --db FILE` in a KB of its own; --source measured where none was written."""
+    try:
+        groups = run_groups(Path(grid.path), [r.run_id for r in results if r.status == "ok"])
+    except KBError:
+        groups = []
+    if not groups:
+        return "--source measured" + (f" --db {db}" if db else "")
+    return f"--group {groups[0]} --db {db}" if db else f"--group {group_ref(groups[0] + USER_ID_OFFSET)}"
 
 
 def nothing_measured_sentence(measured) -> str:

@@ -548,6 +548,23 @@ def tuned_rates(conn: sqlite3.Connection, model: str, preset: str, config_hash: 
     }
 
 
+def run_groups(path: Path, run_ids: list[int]) -> list[int]:
+    """The evidence groups (their row ids in that KB) of runs just written there, in the runs' order."""
+    ids = [i for i in run_ids if isinstance(i, int)]
+    if not ids:
+        return []
+    conn = connect_readonly(path)
+    try:
+        found = dict(
+            conn.execute(
+                f"SELECT id, grp FROM runs WHERE id IN ({', '.join('?' * len(ids))})", ids
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+    return list(dict.fromkeys(found[i] for i in ids if found.get(i) is not None))
+
+
 def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
     """The KB to answer from, read-only (raises KBError with a sentence to act on): --db or $ADVISOR_DB
     alone; else the shipped KB and, when it exists, the user's, read together (`read_together`)."""

@@ -16,7 +16,9 @@ from advisor.prediction.accelerators import gib
 from advisor.prediction.row import Row
 
 RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "4-bit states", "QLoRA", "offload")
-LADDER_NOTE = "each rung the best that pulls its lever, not every lever above it"
+# Each rung is the best configuration that pulls its lever, with whichever levers above it that one needs: not
+# cumulative (LoRA's base is half precision under bf16-mixed already; its state needs no 8 bits)
+LADDER_NOTE = "Nothing as asked fits. The ladder: each lever's best (not cumulative):"
 PRECISION = {"fp32": 0, "bf16-mixed": 1, "fp16-mixed": 1, "bf16": 2}  # highest first
 SHOWN = 12  # rows of the default output
 SEVERAL_GPUS = (

@@ -24,7 +24,7 @@ def batches(q: Question, strategy: str, max_batch: int) -> tuple[int, int]:
     """(micro-batch, micro-batches per optimizer step) of a configuration whose largest fitting micro-batch is
     `max_batch` (0: none fits): each as given, else the micro-batch is the largest power of two that fits, at
     most the effective batch over the ranks, and an accumulating strategy makes up the rest (at least 2)."""
-    share = max(1, q.effective_batch // q.world)  # samples one rank takes per optimizer step
+    share = math.ceil(q.effective_batch / q.world)  # samples one rank takes per optimizer step
     window = q.accumulation_steps if accumulates(strategy) else 1
     micro = q.batch_size
     if micro is None:
@@ -43,6 +43,7 @@ class LearningRate:
     schedule: str  # TrainingArguments' lr_scheduler_type: constant | cosine | linear
     warmup_ratio: float
     source: str
+    short: str = ""  # where it comes from in a few words: "QLoRA's default", "tuned in your KB"
     tuned: bool = False  # from the KB's runs of this model (advisor measure --tune-lr), not a default
     adamw_lr: float | None = (
         None  # AdamW's default beside it, for an optimizer that leaves some weights to AdamW
@@ -57,7 +58,7 @@ class LearningRate:
         return {"learning_rate": self.lr, "lr_scheduler_type": schedule, "warmup_steps": self.warmup_ratio}
 
     def as_dict(self) -> dict:
-        return {**self.arguments(), "source": self.source, "tuned": self.tuned}
+        return {**self.arguments(), "source": self.source, "short": self.short, "tuned": self.tuned}
 
 
 @dataclass(frozen=True)
@@ -86,14 +87,16 @@ def learning_rate(q: Question, c: Config, rules: Rules, tuned: dict | None = Non
             f"Tuned by advisor measure --tune-lr for {q.model.name} with {c.optimizer} at a batch of {batch} "
             f"({runs} runs in your KB); this recipe steps on {q.effective_batch}: a starting point where they differ."
         )
-        return LearningRate(lr, schedule, warmup, source, True, base["lr"])
+        return LearningRate(lr, schedule, warmup, source, "tuned in your KB", True, base["lr"])
     own = recipe.get("optimizers", {}).get(c.optimizer)
-    lr, source = base["lr"], base["source"]
+    lr, source, short = base["lr"], base["source"], base["short"]
     if own and "lr" in own:
         lr, source = own["lr"], f"{own['source']} (Default for {c.optimizer}; not tuned for this model.)"
+        short = f"{c.optimizer}'s default"
     elif own and "lr_factor" in own:
         lr, source = base["lr"] * own["lr_factor"], f"{base['source']} {own['source']}"
-    return LearningRate(float(f"{lr:.3g}"), schedule, warmup, source, False, base["lr"])
+        short = f"{short} x {own['lr_factor']:g} for {c.optimizer}"
+    return LearningRate(float(f"{lr:.3g}"), schedule, warmup, source, short, False, base["lr"])
 
 
 def _default(table: dict, adapter: str, family: str) -> dict:

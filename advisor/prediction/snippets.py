@@ -39,7 +39,7 @@ def training_code(
     recipe (micro-batch, accumulation, learning rate); for several accelerators, its launch as a header."""
     args = training_arguments(q, c, rules, recipe)
     auto = AUTO_CLASS.get(q.model.family.name, "AutoModel")
-    lines = _header(q, recipe, launched) + ["import torch"]
+    lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
     if adapter.kind != "full":
         lines.append("from peft import LoraConfig, get_peft_model")
     if c.strategy == "selective-checkpointing":
@@ -82,6 +82,18 @@ def training_code(
     lines.append("trainer.train()")
     return args, "\n".join(lines)
 
+
+# On a CPU, libraries announce their absent CUDA kernels as they import (torchao's "Failed to load _C_mxfp8",
+# bitsandbytes' "Failed to load CPU gemm_4bit_forward", torch's notices of torchao's registrations): notices,
+# not errors, that a CPU run's script silences before importing them. (DeepSpeed, which resets its own
+# logger, is configured for GPUs alone.)
+QUIET = [
+    "import logging",
+    "",
+    'for name in ("torchao", "bitsandbytes", "torch.utils._pytree"):  # a CPU: their CUDA kernels are absent',
+    "    logging.getLogger(name).setLevel(logging.ERROR)",
+    "",
+]
 
 # Selective checkpointing as torch ships it: matrix products and attention saved, the cheap rest recomputed
 SELECTIVE = [
@@ -141,16 +153,14 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
     """Comments above the code: the recipe's batch and rate with their sources, and for several
     accelerators how to launch it, with the accelerate config it needs."""
     rate = recipe.rate
-    step = f"{recipe.batch_size} x {recipe.accumulation_steps} x {q.world} GPU{'s' * (q.world > 1)}"
+    step = f"micro-batch {recipe.batch_size} x {recipe.accumulation_steps} accumulated" + (
+        f" x {q.world} GPUs" if q.world > 1 else ""
+    )
     out = [
         f"# train.py: {q.model.name}, {recipe.batch_size * recipe.accumulation_steps * q.world} samples per "
         f"optimizer step ({step}).",
-        f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: "
-        + (
-            "tuned in your KB."
-            if rate.tuned
-            else "a default, not tuned for this model (advisor fit --json says why)."
-        ),
+        f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: {rate.short}"
+        + ("." if rate.tuned else ", not tuned for this model."),
     ]
     if launched:
         out += [
@@ -169,7 +179,7 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
     weights = "bf16" if c.dtype == "bf16" else (half if half and adapter.kind != "full" else "fp32")
     mine = (
         "the published model of its size; or your weights' folder"
-        if q.model.reference
+        if q.model.twinned
         else "or your weights' folder"
     )
     out = [

@@ -115,10 +115,15 @@ def _fit_head(answer, verbose: bool) -> Panel:
         )
         head.append("The pick: ", style="bold green")
         head.append(f"{pick.label}\n", style="bold")
-        head.append(f"{gib(pick.total):.1f} GiB{speed} · {_batch(pick)} · {len(answer.fitting)} of {n} fit\n")
-        head.append(f"Learning rate {pick.rate.lr:g}, {pick.rate.schedule}: {_rate_origin(pick.rate)}")
+        head.append(f"{gib(pick.total):.1f} GiB{speed} · {_batch(pick)}\n")
+        rate = pick.rate
+        head.append(
+            f"Learning rate {rate.lr:g}, {rate.schedule}: {rate.short}"
+            + ("" if rate.tuned else ", not tuned")
+        )
         trade = qlora_trade(answer)
         head.append(f"\n{trade}" if trade else "")
+        head.append(f"\n{len(answer.fitting)} of {n} configurations fit")
     elif answer.several:
         r = answer.several
         head.append(f"None of {n} configurations fits one GPU. ", style="bold yellow")
@@ -128,7 +133,7 @@ def _fit_head(answer, verbose: bool) -> Panel:
     cache = "from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
     listed = len(answer.shown())
     more = f" · {listed} of {n} shown (--all for every one)" if verbose and listed < n else ""
-    head.append(f"\n{cache}{more}" if pick else f" · {cache}{more}", style="dim")
+    head.append(f" · {cache}{more}", style="dim")
     return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
 
 
@@ -138,7 +143,7 @@ def _batch(row) -> str:
         return f"batch {row.batch_size}"
     ranks = f" × {row.world} GPUs" if row.world > 1 else ""
     steps = f" × {row.accumulation_steps} accumulated" if row.accumulation_steps > 1 else ""
-    return f"batch {row.batch_size}{steps}{ranks} = {row.effective_batch} a step"
+    return f"batch {row.batch_size}{steps}{ranks} = {row.effective_batch}"
 
 
 def _rate_origin(rate) -> str:
@@ -169,19 +174,16 @@ def qlora_trade(answer) -> str | None:
     if pick.tokens_per_s and twin.tokens_per_s:
         change = twin.tokens_per_s / pick.tokens_per_s - 1
         speed = (
-            " at the same predicted speed (its dequantization is not charged yet)"
+            ", the same predicted speed (dequantizing not charged yet)"
             if abs(change) < 0.005
-            else f" at {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
+            else f", {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
         )
-    return (
-        f"QLoRA instead, at the same batch: {gib(twin.total):.1f} GiB against {gib(pick.total):.1f}{speed}, "
-        f"its base weights in {twin.adapter.base_bits} bits."
-    )
+    return f"QLoRA at this batch: {gib(twin.total):.1f} GiB{speed}"
 
 
 def _ladder(answer) -> Text:
     """Each lever in turn, a line each: ✓ or ✗, what it changes, its memory (the sentences: --json)."""
-    text = Text(f"Nothing as asked fits. The ladder, lever by lever ({LADDER_NOTE}):\n", style="bold yellow")
+    text = Text(f"{LADDER_NOTE}\n", style="bold yellow")
     for rung in answer.ladder:
         if rung.row is None:
             text.append(f"✗ {rung.sentence}\n")

@@ -121,7 +121,10 @@ def test_a_sent_report_names_no_absolute_path(sent):
             assert str(path) not in text, f"{path} in {name}"
     page = sent["page"]
     assert "yours (kb.sqlite)" in page  # the user's KB by its file's name
-    assert '<h3 class="fit-model">Qwen2-0.5B ' in page and "&#39;Qwen2-0.5B&#39;,  # your weights" in page
+    assert (
+        '<h3 class="fit-model">Qwen2-0.5B ' in page
+        and "&#39;Qwen2-0.5B&#39;,  # or your weights&#39; folder" in page
+    )
 
 
 def test_the_fit_section_is_advisor_fits_answer_per_accelerator(sent):

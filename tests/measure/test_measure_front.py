@@ -116,6 +116,10 @@ def test_cells_train_from_a_folder_with_a_copy_of_advisor_and_keep_library_outpu
     assert lines[0] == "advisor measure: 2 cells"
     assert lines[1] == STARTING, "the first seconds say what they wait for, before any cell"
     assert "2 ok of 2 cells" in out and "Ask: advisor recommend --model vit" in out
+    vit_group = next(r["grp"] for r in runs(db) if r["model"] == "vit")
+    assert (
+        f"Ask: advisor recommend --model vit --group {vit_group} --db {db}" in out
+    )  # the group just measured
 
 
 @pytest.mark.slow
