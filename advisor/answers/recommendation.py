@@ -233,7 +233,7 @@ def seeded_second_look(
     seeded = next((g for g in others if g.n_seeds > 1), None)
     if seeded is None:
         return []
-    theirs = rank_group(GroupEvidence(conn, seeded, rules), metric, replace(c, menu=None)).recommendation
+    theirs = pick_of(conn, rules, seeded, metric, c)
     if theirs is None:
         return []
     said = f"{seeded.label} ({params_text(seeded.n_params)} parameters)"
@@ -378,14 +378,17 @@ def disagreements(
     mine = (answer.recommendation.optimizer, answer.recommendation.strategy)
     out = []
     for group in others[:COMPARED_GROUPS]:
-        theirs = rank_group(  # under the same constraints: what does not fit here does not fit there
-            GroupEvidence(conn, group, rules), metric, replace(c, menu=None)
-        ).recommendation
+        theirs = pick_of(conn, rules, group, metric, c)
         if theirs is not None and (theirs.optimizer, theirs.strategy) != mine:
             out.append(
                 {"evidence": group.as_dict(), "select": selector_flags(group), "pick": theirs.as_dict()}
             )
     return out
+
+
+def pick_of(conn: sqlite3.Connection, rules: Rules, group: Group, metric: Metric, c: Constraints):
+    """Another group's pick under the same constraints (what does not fit here does not fit there)."""
+    return rank_group(GroupEvidence(conn, group, rules), metric, replace(c, menu=None)).recommendation
 
 
 def selector_flags(group: Group) -> str:
