@@ -157,9 +157,9 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
         f" x {q.world} GPUs" if q.world > 1 else ""
     )
     out = [
-        f"# train.py: {q.model.name}, {recipe.batch_size * recipe.accumulation_steps * q.world} samples per "
-        f"optimizer step ({step}).",
-        f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: {rate.short}"
+        f"# train.py: {_one_line(q.model.name)}, {recipe.batch_size * recipe.accumulation_steps * q.world} "
+        f"samples per optimizer step ({step}).",
+        f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: {_one_line(rate.short)}"
         + ("." if rate.tuned else ", not tuned for this model."),
     ]
     if launched:
@@ -169,6 +169,12 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
         ]
         out += [f"#   {line}" for line in launched["accelerate_config"].splitlines()]
     return out + [""]
+
+
+def _one_line(text: str) -> str:
+    """A name or phrase from a file or the command line, as a comment may hold it: no line break that would end
+    the comment and start code."""
+    return " ".join(str(text).split())
 
 
 def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:

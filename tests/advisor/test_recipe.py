@@ -308,3 +308,15 @@ def test_a_loss_pick_from_single_runs_names_the_seeded_evidence_and_why_the_menu
         ).output  # fmt: skip
     )
     assert any("repeated seeds" in n for n in data["notes"])
+
+
+def test_a_model_name_cannot_break_out_of_the_codes_comments(rules, tmp_path):
+    """A folder whose name holds a line break: the header's comment stays one comment, the name a string."""
+    folder = tmp_path / "evil\nimport os; os.system('echo pwned')"
+    folder.mkdir()
+    (folder / "config.json").write_text((QWEN / "config.json").read_text())
+    q = ask(rules, model=folder)
+    c = Config("lora", "bf16-mixed", "adamw", "standard")
+    _, code = training_code(q, c, q.adapter_of("lora"), rules, Recipe(1, 1, learning_rate(q, c, rules)))
+    assert not any(line.startswith("import os") for line in code.splitlines())
+    compile(code, "train.py", "exec")  # one valid script: the name is inside a comment and a string
