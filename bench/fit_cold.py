@@ -12,17 +12,15 @@ Mixtral-8x7B's menu on 4 GPUs at most 90 s, on a quiet 2-core machine.
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from machine import (
     advisor_script,
     device,
+    timed,
     versions,
 )  # bench/machine.py: the script's own folder is on sys.path
 
@@ -31,19 +29,6 @@ QUESTIONS = {
     "Mixtral-8x7B on 4 A100-80GB": ["--model", "mixtral-8x7b", "--gpu", "A100-80GB", "--gpus", "4"],
 }
 TARGETS = {"Llama-3.1-8B on an RTX 4090 (the README's menu)": 40.0, "Mixtral-8x7B on 4 A100-80GB": 90.0}
-
-
-def timed(args: list[str], env: dict) -> tuple[float, float, str]:
-    """(wall s, child CPU s, its stderr) of one command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    run = subprocess.run(args, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if run.returncode:
-        sys.exit(f"{' '.join(args)} failed:\n{run.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, run.stderr
 
 
 def main() -> None:
@@ -56,13 +41,12 @@ def main() -> None:
     results: dict = {name: {"wall_s": [], "cpu_s": [], "ratio": [], "stages": []} for name in QUESTIONS}
     imports = []
     for _ in range(args.rounds):
-        torch_wall, _, _ = timed([sys.executable, "-c", "import torch"], env)
+        _, torch_wall, _ = timed([sys.executable, "-c", "import torch"], env)
         imports.append(torch_wall)
         for name, question in QUESTIONS.items():
             with tempfile.TemporaryDirectory() as data:
-                wall, cpu, stderr = timed(
-                    [advisor_script(), "fit", *question], {**env, "XDG_DATA_HOME": data}
-                )
+                cpu, wall, done = timed([advisor_script(), "fit", *question], {**env, "XDG_DATA_HOME": data})
+            stderr = done.stderr
             r = results[name]
             r["wall_s"].append(round(wall, 2))
             r["cpu_s"].append(round(cpu, 2))

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import sqlite3
 import subprocess
+import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -51,3 +54,15 @@ def advisor_script() -> str:
     return shutil.which("advisor", path=beside) or sys.exit(
         "advisor is not on PATH: install the project first"
     )
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(CPU seconds of the child, wall seconds, the finished process) of one run of cmd; it must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd[:6]))} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, done

@@ -26,18 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from machine import (  # bench/machine.py: the script's own folder is on sys.path
+from machine import (
     advisor_script,
     device,
+    timed,  # bench/machine.py: the script's own folder is on sys.path
     versions,
 )
 
@@ -64,18 +62,6 @@ print(json.dumps(plan_cells(cells, rules, None, [1], db=db, calibrate=True).as_d
 """
 
 
-def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
-    """(CPU seconds, wall seconds, stdout) of one run of cmd as a child process; it must succeed."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:6])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, done.stdout
-
-
 def grid_args(args) -> list[str]:
     """The grid's options, as `advisor measure` takes them."""
     out = [a for m in args.models.split(",") for a in ("--model", m)]
@@ -96,7 +82,8 @@ def plan_once(way: str, advisor: str, args, scratch: Path, db: Path) -> dict:
             *(list(filter(None, a.split(","))) for a in (args.optimizers, args.strategies)),
         ]
         cmd = [sys.executable, "-c", CALIBRATED, json.dumps([*lists, args.preset, str(db)])]
-    cpu, wall, stdout = timed(cmd, env)
+    cpu, wall, done = timed(cmd, env)
+    stdout = done.stdout
     plan = json.loads(stdout)
     return {"cpu_s": cpu, "wall_s": wall, "plan": plan}
 
