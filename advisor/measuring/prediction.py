@@ -68,6 +68,7 @@ from advisor.measuring.tracing import (
     ScalarOracle,
     ShardedLiveBytes,
 )
+from advisor.measuring.workers import unordered
 from advisor.prediction.question import Question
 from advisor.prediction.step import (
     BATCHES,
@@ -326,18 +327,19 @@ def trace_window(
     checkpointing,
     micro_batches: int = 2,
     sharded: bool = False,
-    warm: bool = False,
+    warm_up=None,
 ) -> Trace:
     """Forward and backward of two micro-batches, gradients accumulating (none before the first); one where
     no accumulation is asked. `checkpointing`: 'full', 'selective' or None (True means 'full'). `sharded`:
-    one rank of FSDP2 at TRACED_WORLD ranks, after a warm-up forward and backward unless `warm` (this process
-    traced the same ops at another depth: DTensor's sharding propagation is cached process-wide)."""
+    one rank of FSDP2 at TRACED_WORLD ranks; `warm_up`, a config (the model at its shallowest), is stepped
+    first unless this process traced the same ops before (DTensor's sharding propagation is cached
+    process-wide, by op and shapes, which no block count changes)."""
     checkpointing = "full" if checkpointing is True else checkpointing or None
     with fake_group() if sharded else nullcontext() as mesh, fake_tensors() as (mode, values):
-        model = build(spec, config, mode, checkpointing, mesh)
         real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size)
-        if sharded and not warm:
-            _warm_up(spec, model, real, mode, values)
+        if sharded and warm_up is not None:
+            _warm_up(spec, build(spec, warm_up, mode, checkpointing, mesh), real, mode, values)
+        model = build(spec, config, mode, checkpointing, mesh)
         live = ShardedLiveBytes(timeline=True) if sharded else LiveBytes(timeline=True)
         handles = live.track_module(model)
         counter, flops = OpFlops(), []
@@ -377,12 +379,11 @@ def trace_window(
 
 
 def _warm_up(spec: Spec, model, real: dict, mode, values) -> None:
-    """One forward and backward before a sharded trace: DTensor's sharding-propagation cache filled (a cold
-    one counts phantom temporaries), then the gradients dropped."""
+    """One forward and backward of a shallow copy before a sharded trace: DTensor's sharding-propagation
+    cache filled (a cold one counts phantom temporaries) at a quarter of the traced depth's cost."""
     with mode, values, routing(values), kernels(spec), cuda_kernels(spec):
         batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
         model(**batch).loss.backward()
-        model.zero_grad(set_to_none=True)
 
 
 def _hidden(config) -> int:
@@ -507,8 +508,9 @@ class Tracer:
         for n in range(micro_batches, 3):
             if (*key, n) in self._windows:
                 return self._windows[(*key, n)]
-        warm = sharded and any(k[0] == key[0] and k[2:5] == key[2:] for k in self._windows)  # another depth's
-        traced = trace_window(spec, self.config(point), batch, checkpointing, micro_batches, sharded, warm)
+        warm = any(k[0] == key[0] and k[2:5] == key[2:] for k in self._windows)  # another depth's
+        shallow = None if warm or not sharded else self.config(depth_points(self.knobs)[0])
+        traced = trace_window(spec, self.config(point), batch, checkpointing, micro_batches, sharded, shallow)
         self._windows[(*key, micro_batches)] = traced
         return traced
 
@@ -667,9 +669,13 @@ def _step_line(step: dict[str, int], inputs: tuple[int, int]) -> dict:
 # --- advisor fit's tracer ------------------------------------------------------------------------------------
 
 
-def trace(q: Question, configs: list[Config], rules: Rules, say=lambda line: None) -> dict[Config, dict]:
+def trace(
+    q: Question, configs: list[Config], rules: Rules, say=lambda line: None, workers: int | None = None
+) -> dict[Config, dict]:
     """advisor fit's tracer: the payload of each configuration of a question, traced on the model's config
-    (a reference model at its preset, a user's from its config.json as read); `say` hears one line a stage."""
+    (a reference model at its preset, a user's from its config.json as read); `say` hears one line a stage.
+    The stages (an adapter, precision, offload and sharding each) run on `workers` cores (default: all;
+    advisor/measuring/workers.py), the dearest first; each result is the same on any number."""
     try:
         model_cfg = model_config(q.model, rules)
     except (ValueError, KeyError, OSError) as e:
@@ -683,29 +689,52 @@ def trace(q: Question, configs: list[Config], rules: Rules, say=lambda line: Non
         q.device,
         attention=q.traced_attention,
     )
+    tracer = Tracer(base, rules.fit)
+    stages = sorted(_grouped(configs).items(), key=lambda stage: -_cost(tracer, stage))
+    _STAGES[:] = [(q, rules, base, tracer, stage) for stage in stages]  # what forked workers inherit
+    say(f"tracing {q.model.name}: {len(configs)} configurations in {len(stages)} stages (then cached)")
+    out = {}
     try:
-        tracer = Tracer(base, rules.fit)
-        out = {}
-        groups = _grouped(configs)
-        say(f"tracing {q.model.name}: {len(configs)} configurations in {len(groups)} stages (then cached)")
-        for i, ((adapter, dtype, offload, sharding), group) in enumerate(groups.items(), 1):
-            start = time.perf_counter()
-            spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
-            optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
-            strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
-            traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
-            out |= {c: traced[(c.optimizer, c.strategy)] for c in group}
+        for i, (index, traced, seconds) in enumerate(unordered(_stage, list(range(len(stages))), workers), 1):
+            out |= traced
+            (adapter, dtype, offload, sharding), group = stages[index]
             where = "" if sharding == "none" else f", {sharding}"
             off = "" if offload == "none" else f", offload {offload}"
+            n_opt, n_strategies = len({c.optimizer for c in group}), len({c.strategy for c in group})
             say(
-                f"[{i}/{len(groups)}] {adapter} {dtype}{where}{off}: {len(optimizers)} optimizers x "
-                f"{len(strategies)} strategies, {time.perf_counter() - start:.1f} s"
+                f"[{i}/{len(stages)}] {adapter} {dtype}{where}{off}: {n_opt} optimizers x "
+                f"{n_strategies} strategies, {seconds:.1f} s"
             )
-        return out
+    finally:
+        _STAGES.clear()
+    return out
+
+
+_STAGES: list = []  # (question, rules, base spec, tracer, (stage key, configurations)) of the trace running
+
+
+def _stage(index: int) -> tuple[int, dict, float]:
+    """One stage of the trace running (_STAGES): (its index, {configuration: payload}, seconds taken); an
+    error that says the model cannot be traced is a FitError, which crosses from a worker as it is."""
+    q, rules, base, tracer, ((adapter, dtype, offload, sharding), group) = _STAGES[index]
+    start = time.perf_counter()
+    spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
+    optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
+    strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
+    try:
+        traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
     except InputError:
         raise
     except (ValueError, NotImplementedError, RuntimeError, TypeError, AttributeError) as e:
         raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
+    return index, {c: traced[(c.optimizer, c.strategy)] for c in group}, time.perf_counter() - start
+
+
+def _cost(tracer: Tracer, stage) -> int:
+    """A stage's work, roughly: the blocks its windows trace (a sharded stage's points are deeper)."""
+    (_, _, _, sharding), group = stage
+    kinds = len({checkpointing_of(c.strategy) for c in group})
+    return kinds * sum(sum(point) for point in tracer.points(sharding == "fsdp"))
 
 
 def _grouped(configs: list[Config]) -> dict[tuple, list[Config]]:
