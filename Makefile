@@ -147,6 +147,7 @@ bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/large_kb.py
 	$(BIN)/python bench/harness_overhead.py
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/fit_cold.py --out bench/results/fit-cold-cpu.json
+	$(BIN)/python bench/fit_speed.py --fit --out bench/results/fit-speed.json
 	$(BIN)/python bench/table.py
 
 # advisor fit against real steps: ours, accelerate's estimator, Korthikanti et al.'s formula (CPU, ~2 min).

@@ -129,6 +129,7 @@ class Accelerator:
     link: str | None = None  # the GPU-to-GPU link within a node (NVLink 4, PCIe 4.0 x16)
     link_gbs: float | None = None  # its bandwidth per direction, GB/s
     link_source: str | None = None
+    generation: str | None = None  # ampere, hopper, ...: rules/fit.toml [speed.generations]
 
 
 @dataclass(frozen=True)
@@ -454,6 +455,7 @@ def _accelerators(raw: dict, files: _Files) -> dict[str, Accelerator]:
             link=a.get("link"),
             link_gbs=a.get("link_gbs"),
             link_source=a.get("link_source"),
+            generation=a.get("generation"),
         )
     return out
 

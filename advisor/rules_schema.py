@@ -304,6 +304,7 @@ HARDWARE = table(
                         "link": text(),
                         "link_gbs": number(above=0, high=1_000_000, eg=450),
                         "link_source": text(),
+                        "generation": text(),
                     }
                 ),
                 at_least=1,
@@ -361,7 +362,16 @@ FIT = table(
                 {
                     "bandwidth_efficiency": req(number(above=0, high=1, eg=0.8)),
                     "default_mfu": req(number(above=0, high=1, eg=0.35)),
-                    **_texts("bandwidth_source", "mfu_source"),
+                    "generations": table(entries=number(above=0, high=1, eg=0.5)),
+                    "micro_batch_overhead_s": req(number(low=0, high=10, eg=0.09)),
+                    "dequant_efficiency": req(number(above=0, high=1, eg=0.2)),
+                    **_texts(
+                        "bandwidth_source",
+                        "mfu_source",
+                        "generations_source",
+                        "overhead_source",
+                        "dequant_source",
+                    ),
                 }
             )
         ),

@@ -75,6 +75,17 @@ def fit_cold_rows(d: dict) -> list[tuple]:
     ]
 
 
+def fit_speed_rows(d: dict) -> list[tuple]:
+    out = []
+    for split, said in (("fit", "the rows fitted"), ("held-out", "held-out rows")):
+        got = d["summary"].get(split)
+        if got:
+            figure = f"advisor fit's tokens/s, {said} ({got['rows']})"
+            spread_ = f"median {got['median_abs_error']:.3f} / worst {got['worst']:.3f}"
+            out.append((figure, "abs(predicted / published - 1)", spread_, "≤ 0.15 / ≤ 0.35"))
+    return out
+
+
 BENCHES = {
     "recommend-latency-cpu.json": recommend_rows,
     "report-latency-cpu.json": report_rows,
@@ -84,6 +95,7 @@ BENCHES = {
     "plan-accuracy-cpu.json": plan_rows,
     "plan-accuracy-small-cpu.json": plan_rows,
     "fit-cold-cpu.json": fit_cold_rows,
+    "fit-speed.json": fit_speed_rows,
 }
 
 

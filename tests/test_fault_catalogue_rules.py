@@ -136,6 +136,24 @@ CASES = [
         "speed.default_mfu must be a number above 0",
     ),
     (
+        "micro-batch overhead negative",
+        "fit.toml",
+        "[speed]\nmicro_batch_overhead_s = -1\n",
+        "speed.micro_batch_overhead_s must be a number at least 0",
+    ),
+    (
+        "dequant efficiency above 1",
+        "fit.toml",
+        "[speed]\ndequant_efficiency = 2\n",
+        "speed.dequant_efficiency must be a number above 0 and at most 1",
+    ),
+    (
+        "generation efficiency a word",
+        "fit.toml",
+        '[speed.generations]\nampere = "fast"\n',
+        "speed.generations.ampere must be a number",
+    ),
+    (
         "extend negative",
         "protocol.toml",
         "[tuning]\nextend = -1\n",

@@ -426,7 +426,10 @@ def _fill_from_fit(costs: list[CellCost], questions: dict, rules: Rules, db, his
 
 def _price_by_fit(cost: CellCost, row, mfu: float, rates: dict) -> None:
     cfg = cost.config
-    step_s, how = row.predicted_step_s, f"advisor fit's FLOPs per update at peak × MFU {mfu:.0%}"
+    step_s, how = (
+        row.predicted_step_s,
+        f"advisor fit's step time (its FLOPs at {mfu:.0%} of peak, docs/fit.md)",
+    )
     rate = rates.get((cfg.model, cfg.preset)) or rates.get(None)
     if step_s is None and rate:
         step_s = row.step_flops / (rate.value * 1e9)

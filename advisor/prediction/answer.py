@@ -19,7 +19,7 @@ from advisor.errors import FitError, KBError
 from advisor.kb.reader import fit_validations
 from advisor.kb.schema import connect_readonly
 from advisor.places import shipped_kb_path
-from advisor.prediction import accelerators, ranking
+from advisor.prediction import accelerators, ranking, speed
 from advisor.prediction.cache import PredictionCache, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
@@ -36,6 +36,7 @@ from advisor.prediction.sharding import (
     sharded_offload_seconds,
 )
 from advisor.prediction.snippets import launch, training_code
+from advisor.prediction.speed import Utilization
 from advisor.prediction.step import (
     CATEGORIES,
     Config,
@@ -66,6 +67,7 @@ class FitAnswer:
     mfu_source: str
     computed: int  # predictions traced now (0: every one came from the cache)
     ladder: list[ranking.Rung] = field(default_factory=list)  # when nothing as asked fits: what would
+    mfu_modelled: bool = True  # the generation's efficiency with the speed model's parts (speed.py)
 
     @property
     def fitting(self) -> list[Row]:
@@ -122,7 +124,7 @@ class FitAnswer:
             "ladder": [r.as_dict() for r in self.ladder],
             "several_gpus": self.several.as_dict(q) if self.several else None,
             "left_out": list(q.left_out),
-            "mfu": {"value": self.mfu, "source": self.mfu_source},
+            "mfu": {"value": self.mfu, "source": self.mfu_source, "modelled": self.mfu_modelled},
             "assumptions": self.assumptions,
             "cached": self.computed == 0,
         }
@@ -142,19 +144,19 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         fresh = tracer(q, missing, rules)
         cache.put(q, fresh, keys, soft)
         found.update({keys[c]: payload for c, payload in fresh.items()})
-    mfu, mfu_source = utilization(q, rules, cache.read)
+    use = utilization(q, rules, cache.read)
     shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
     trades = Trades.read(kbs, q, rules)
     tuned = rates_tuned(kbs, q)
     rows = ranking.ranked(
-        [_row(q, c, found[keys[bases[c]]], rules, mfu, trades, tuned) for c in q.configs], q.effective_batch
+        [_row(q, c, found[keys[bases[c]]], rules, use, trades, tuned) for c in q.configs], q.effective_batch
     )
     first = found[keys[bases[q.configs[0]]]]
     steps = ranking.ladder(rows)
     if steps and steps[-1].row is None:  # several GPUs: the fewest that fit, from the traces at hand
         steps[-1] = ranking.Rung(
-            "several GPUs", several_gpus(q, rows, found, soft, rules, mfu, trades, tuned)
+            "several GPUs", several_gpus(q, rows, found, soft, rules, use, trades, tuned)
         )
     return FitAnswer(
         q,
@@ -162,10 +164,11 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         first["attention"],
         rows,
         assumptions(q, rules, experts=bool(first.get("experts"))) + validated_on(kbs),
-        mfu,
-        mfu_source,
+        use.value,
+        use.source,
         len(missing),
         steps,
+        use.modelled,
     )
 
 
@@ -173,7 +176,7 @@ SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 
 
 
 def several_gpus(
-    q: Question, rows, found: dict, soft: dict, rules: Rules, mfu: float, trades: Trades, tuned: dict
+    q: Question, rows, found: dict, soft: dict, rules: Rules, use: Utilization, trades: Trades, tuned: dict
 ) -> Row | None:
     """The ladder's last rung: the configuration as asked (full fine-tuning, AdamW, no checkpointing) on the
     fewest accelerators that hold it, with ZeRO-2 or ZeRO-3 (composed from the pure-bf16 trace at hand:
@@ -189,7 +192,7 @@ def several_gpus(
             )
             key = keys_of(replace(wide, configs=(c,)), rules, soft).get(basis(c))
             if key in found:
-                row = _row(wide, c, found[key], rules, mfu, trades, tuned)
+                row = _row(wide, c, found[key], rules, use, trades, tuned)
                 if row.fits:
                     return row
     return None
@@ -247,7 +250,14 @@ def max_batch(q: Question, payload: dict, rules: Rules) -> int:
 
 
 def _row(
-    q: Question, c: Config, traced: dict, rules: Rules, mfu: float, trades: Trades, tuned=None, batch=None
+    q: Question,
+    c: Config,
+    traced: dict,
+    rules: Rules,
+    use: Utilization,
+    trades: Trades,
+    tuned=None,
+    batch=None,
 ) -> Row:
     """A configuration priced at its recipe's micro-batch and accumulation (`batch`: at these instead)."""
     payload = per_rank(c, traced, q, rules)
@@ -260,7 +270,8 @@ def _row(
     on_host = host_per_node(c, traced, q) if c.sharding != "none" else None
     host = on_host if on_host is not None else rank_host  # what the JSON and the table say: per node
     volume = communication(c, traced, q)
-    step_s = _step_seconds(q, c, traced, payload, flops, gb["total"] + rank_host / 1e9, volume, mfu, rules)
+    with_host_gb = gb["total"] + rank_host / 1e9
+    step_s = _step_seconds(q, c, traced, payload, (b, k), flops, with_host_gb, volume, use, rules)
     samples = q.world * b * k / step_s if step_s else None  # the job's: every rank a micro-batch
     adapter = q.adapter_of(c.adapter)
     info = rules.optimizer_info[c.optimizer]
@@ -297,19 +308,28 @@ def _row(
         b,
         k,
         rate,
-        lambda micro, window: _row(q, c, traced, rules, mfu, trades, tuned, (micro, window)),
+        lambda micro, window: _row(q, c, traced, rules, use, trades, tuned, (micro, window)),
     )
 
 
 def _step_seconds(
-    q: Question, c: Config, traced: dict, payload: dict, flops: float, with_host_gb: float, volume, mfu, rules
+    q: Question,
+    c: Config,
+    traced: dict,
+    payload: dict,
+    recipe,
+    flops,
+    with_host_gb: float,
+    volume,
+    use,
+    rules,
 ) -> float | None:
     """A rank's optimizer step: its compute (with the optimizer's traffic), or its collectives where they
     take longer (they overlap: rules/fit.toml [distributed]), plus an offload's transfers and host step, or a
     paged state's round trip when device and paged state together outgrow the device."""
     traffic = _optimizer_traffic(c, traced, q, rules)
     sharded_offload = c.offload != "none" and c.sharding != "none"  # the host steps it, not the device
-    step_s = step_seconds(q, c.dtype, flops, 0.0 if sharded_offload else traffic, mfu, rules)
+    step_s = step_seconds(q, c, payload, recipe, flops, 0.0 if sharded_offload else traffic, use, rules)
     talk = communication_seconds(volume, q, rules)
     if step_s is None:
         return None
@@ -337,16 +357,31 @@ def _optimizer_traffic(c: Config, traced: dict, q: Question, rules: Rules) -> fl
 
 
 def step_seconds(
-    q: Question, dtype: str, flops: float, traffic: float, mfu: float, rules: Rules
+    q: Question,
+    c: Config,
+    payload: dict,
+    recipe,
+    flops: float,
+    traffic: float,
+    use: Utilization,
+    rules: Rules,
 ) -> float | None:
-    """Forward and backward at `mfu` of the peak FLOP/s of the precision, plus the optimizer step's traffic
-    at the stated share of the memory bandwidth; None where the accelerator states neither."""
-    peak = accelerators.peak_tflops(q.accelerator, dtype) if q.accelerator else None
-    bandwidth = q.accelerator.bandwidth_gbs if q.accelerator else None
-    if not peak or not bandwidth:
+    """Forward and backward of the recipe's micro-batches (`recipe`: micro-batch, count) and the optimizer's
+    step, by the speed model's parts (advisor/prediction/speed.py); None where the accelerator states no
+    peak FLOP/s or bandwidth."""
+    acc = q.accelerator
+    peak = accelerators.peak_tflops(acc, c.dtype) if acc else None
+    if not peak or not acc.bandwidth_gbs:
         return None
-    efficiency = rules.fit["speed"]["bandwidth_efficiency"]
-    return flops / (peak * 1e12 * mfu) + traffic / (bandwidth * 1e9 * efficiency)
+    _, count = recipe
+    seconds = speed.compute_seconds(flops, peak, use) + speed.overhead_seconds(count, use, rules)
+    seconds += speed.traffic_seconds(traffic, acc, rules)
+    adapter = q.adapter_of(c.adapter)
+    if adapter.kind == "qlora" and use.modelled:
+        quantized = n_params(payload) - payload.get("structure", {}).get("root", 0)
+        passes = speed.dequant_passes(c.strategy.startswith("checkpointing"))
+        seconds += speed.dequant_seconds(quantized, adapter.base_bits, passes, count, acc, rules)
+    return seconds
 
 
 def offload_seconds(trained: int, host_traffic_bytes: float, rules: Rules) -> float:
@@ -375,16 +410,17 @@ def _open_quietly(path, connect, error):
         return None
 
 
-def utilization(q: Question, rules: Rules, read: sqlite3.Connection | None) -> tuple[float, str]:
-    """The fraction of peak FLOP/s a step achieves: --mfu, else measured on this accelerator, else the default."""
+def utilization(q: Question, rules: Rules, read: sqlite3.Connection | None) -> Utilization:
+    """The share of peak FLOP/s a step reaches: --mfu, else measured on this accelerator, else its
+    generation's (rules/fit.toml [speed])."""
     if q.mfu is not None:
-        return q.mfu, "--mfu"
+        return Utilization(q.mfu, "--mfu", modelled=False)
     if read is not None and q.accelerator is not None:
         measured = _measured_mfu(read, q.accelerator, rules)
         if measured:
             value, n, hardware = measured
-            return value, f"median of {n} runs measured on {hardware} in the KB"
-    return rules.fit["speed"]["default_mfu"], rules.fit["speed"]["mfu_source"]
+            return Utilization(value, f"median of {n} runs measured on {hardware} in the KB", modelled=False)
+    return speed.generation_efficiency(q.accelerator, rules)
 
 
 def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):

@@ -64,10 +64,7 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
         if shown.launch["deepspeed"]:
             parts.append(Text("ds_config.json:\n" + json.dumps(shown.launch["deepspeed"], indent=2) + "\n"))
     notes = Text("Assumptions\n", style="bold")
-    notes.append(
-        f"• Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}\n",
-        style="dim",
-    )
+    notes.append(f"• {step_time_sentence(answer)}\n", style="dim")
     for a in answer.assumptions:
         notes.append(f"• {first_sentence(a)}\n", style="dim")
     notes.append("(each with its source: --json, or rules/fit.toml)\n", style="dim")
@@ -174,7 +171,7 @@ def qlora_trade(answer) -> str | None:
     if pick.tokens_per_s and twin.tokens_per_s:
         change = twin.tokens_per_s / pick.tokens_per_s - 1
         speed = (
-            ", the same predicted speed (dequantizing not charged yet)"
+            ", the same predicted speed"
             if abs(change) < 0.005
             else f", {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
         )
@@ -297,3 +294,13 @@ def gpus_view(rules: Rules) -> Table:
             fmt(a.link_gbs),
         )
     return table
+
+
+def step_time_sentence(answer) -> str:
+    """How a step's time was predicted (advisor/prediction/speed.py), in one sentence with its source."""
+    if not answer.mfu_modelled:
+        return f"Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}"
+    return (
+        f"Step time: FLOPs ÷ (peak FLOP/s × {answer.mfu:.2f}), a fixed cost per micro-batch, a quantized "
+        f"base's dequantization and the optimizer's traffic at the memory bandwidth; {answer.mfu_source}"
+    )

@@ -1,0 +1,71 @@
+"""How long a traced step takes on an accelerator, from parts that each mean something (rules/fit.toml
+[speed], each constant with its source; bench/fit_speed.py checks them against published runs):
+
+- the step's executed FLOPs (recomputation included) at the share of the datasheet's dense peak that large
+  matrix products reach on the accelerator's generation;
+- a fixed cost per micro-batch (kernel launches, the framework's Python, the data loader's hand-off), which
+  few tokens do not hide: a 1.8B model's step of 256 tokens costs about what a 7B one's does;
+- a quantized base's dequantization: every quantized weight read packed and written in the compute dtype
+  before each product that uses it (forward, backward, and the recomputed forward under checkpointing), at
+  `dequant_efficiency` of the memory bandwidth: what makes QLoRA slower than LoRA, most at few tokens;
+- the optimizer's traffic at `bandwidth_efficiency` of the memory bandwidth (its kernels are elementwise).
+Torch-free: the answer side prices every row with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.rules import Accelerator, Rules
+
+COMPUTE_BYTES = 2  # a dequantized weight in bf16 or fp16
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """The share of peak FLOP/s a large step reaches, where it comes from, and whether the other parts of
+    the model apply (not to a utilization the user gave or the KB measured: that is the whole step)."""
+
+    value: float
+    source: str
+    modelled: bool = True
+
+
+def generation_efficiency(acc: Accelerator | None, rules: Rules) -> Utilization:
+    """The large-matmul efficiency of the accelerator's generation, or the default where none is stated."""
+    speed = rules.fit["speed"]
+    fitted = speed.get("generations", {})
+    if acc is not None and acc.generation in fitted:
+        return Utilization(fitted[acc.generation], f"{acc.generation}: {speed['generations_source']}")
+    return Utilization(speed["default_mfu"], speed["mfu_source"])
+
+
+def overhead_seconds(micro_batches: int, use: Utilization, rules: Rules) -> float:
+    """The fixed cost of the step's micro-batches (none on top of a utilization given or measured)."""
+    return micro_batches * rules.fit["speed"]["micro_batch_overhead_s"] if use.modelled else 0.0
+
+
+def dequant_passes(checkpointing: bool) -> int:
+    """Products that use each frozen quantized weight per micro-batch: forward and the input's gradient in
+    backward (a frozen weight gets none of its own), and the recomputed forward under checkpointing."""
+    return 3 if checkpointing else 2
+
+
+def dequant_seconds(
+    quantized: int, bits: int, passes: int, micro_batches: int, acc: Accelerator, rules: Rules
+):
+    """A quantized base's dequantization over a step: each pass reads the packed weights (and their scales,
+    about one byte per 32 weights) and writes them in the compute dtype."""
+    per_weight = bits / 8 + 1 / 32 + COMPUTE_BYTES
+    moved = quantized * per_weight * passes * micro_batches
+    return moved / (acc.bandwidth_gbs * 1e9 * rules.fit["speed"]["dequant_efficiency"])
+
+
+def compute_seconds(flops: float, peak_tflops: float, use: Utilization) -> float:
+    """Forward and backward: the executed FLOPs at the utilization's share of the peak."""
+    return flops / (peak_tflops * 1e12 * use.value)
+
+
+def traffic_seconds(traffic: float, acc: Accelerator, rules: Rules) -> float:
+    """The optimizer's step: its traced bytes at the stated share of the memory bandwidth."""
+    return traffic / (acc.bandwidth_gbs * 1e9 * rules.fit["speed"]["bandwidth_efficiency"])
