@@ -25,6 +25,7 @@ and predictions against real steps' live tensor bytes.
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -691,11 +692,13 @@ def trace(
     )
     tracer = Tracer(base, rules.fit)
     stages = sorted(_grouped(configs).items(), key=lambda stage: -_cost(tracer, stage))
-    _STAGES[:] = [(q, rules, base, tracer, stage) for stage in stages]  # what forked workers inherit
+    run = next(_RUN_IDS)
+    _RUNNING[run] = [(q, rules, base, tracer, stage) for stage in stages]  # what forked workers inherit
     say(f"tracing {q.model.name}: {len(configs)} configurations in {len(stages)} stages (then cached)")
     out = {}
     try:
-        for i, (index, traced, seconds) in enumerate(unordered(_stage, list(range(len(stages))), workers), 1):
+        pieces = [(run, i) for i in range(len(stages))]
+        for i, (index, traced, seconds) in enumerate(unordered(_stage, pieces, workers), 1):
             out |= traced
             (adapter, dtype, offload, sharding), group = stages[index]
             where = "" if sharding == "none" else f", {sharding}"
@@ -706,17 +709,22 @@ def trace(
                 f"{n_strategies} strategies, {seconds:.1f} s"
             )
     finally:
-        _STAGES.clear()
+        del _RUNNING[run]
     return out
 
 
-_STAGES: list = []  # (question, rules, base spec, tracer, (stage key, configurations)) of the trace running
+# Each trace running in this process (several threads may trace at once): its id -> (question, rules, base
+# spec, tracer, (stage key, configurations)) per stage; forked workers inherit it.
+_RUNNING: dict[int, list] = {}
+_RUN_IDS = itertools.count()
 
 
-def _stage(index: int) -> tuple[int, dict, float]:
-    """One stage of the trace running (_STAGES): (its index, {configuration: payload}, seconds taken); an
-    error that says the model cannot be traced is a FitError, which crosses from a worker as it is."""
-    q, rules, base, tracer, ((adapter, dtype, offload, sharding), group) = _STAGES[index]
+def _stage(piece: tuple[int, int]) -> tuple[int, dict, float]:
+    """One stage of a running trace (`piece`: its run and index): (the index, {configuration: payload},
+    seconds taken); an error that says the model cannot be traced is a FitError, which crosses from a
+    worker as it is."""
+    run, index = piece
+    q, rules, base, tracer, ((adapter, dtype, offload, sharding), group) = _RUNNING[run][index]
     start = time.perf_counter()
     spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
     optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
