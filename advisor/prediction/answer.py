@@ -68,6 +68,7 @@ class FitAnswer:
     computed: int  # predictions traced now (0: every one came from the cache)
     ladder: list[ranking.Rung] = field(default_factory=list)  # when nothing as asked fits: what would
     mfu_modelled: bool = True  # the generation's efficiency with the speed model's parts (speed.py)
+    speed_band: float | None = None  # the speed model's held-out error here (None: not measured)
 
     @property
     def fitting(self) -> list[Row]:
@@ -124,7 +125,12 @@ class FitAnswer:
             "ladder": [r.as_dict() for r in self.ladder],
             "several_gpus": self.several.as_dict(q) if self.several else None,
             "left_out": list(q.left_out),
-            "mfu": {"value": self.mfu, "source": self.mfu_source, "modelled": self.mfu_modelled},
+            "mfu": {
+                "value": self.mfu,
+                "source": self.mfu_source,
+                "modelled": self.mfu_modelled,
+                "band": self.speed_band,
+            },
             "assumptions": self.assumptions,
             "cached": self.computed == 0,
         }
@@ -169,6 +175,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         len(missing),
         steps,
         use.modelled,
+        speed.band(q.accelerator, use, rules),
     )
 
 

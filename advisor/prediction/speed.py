@@ -40,6 +40,15 @@ def generation_efficiency(acc: Accelerator | None, rules: Rules) -> Utilization:
     return Utilization(speed["default_mfu"], speed["mfu_source"])
 
 
+def band(acc: Accelerator | None, use: Utilization, rules: Rules) -> float | None:
+    """The speed model's error on held-out published runs, where it stands for this accelerator (its
+    generation fitted, nothing given or measured in its place); None where no published run measured it."""
+    fitted = rules.fit["speed"].get("generations", {})
+    if use.modelled and acc is not None and acc.generation in fitted:
+        return rules.fit["speed"]["held_out_error"]
+    return None
+
+
 def overhead_seconds(micro_batches: int, use: Utilization, rules: Rules) -> float:
     """The fixed cost of the step's micro-batches (none on top of a utilization given or measured)."""
     return micro_batches * rules.fit["speed"]["micro_batch_overhead_s"] if use.modelled else 0.0

@@ -103,8 +103,9 @@ def _fit_head(answer, verbose: bool) -> Panel:
     head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
     head.append(f" · attention {answer.attention}\n" if verbose else "\n")
     if pick:
+        band = f" ±{answer.speed_band:.0%}" if answer.speed_band else ""
         speed = (
-            f", {pick.tokens_per_s:,.0f} tokens/s"
+            f", {pick.tokens_per_s:,.0f} tokens/s{band}"
             if pick.tokens_per_s
             else f", {fmt(pick.throughput)} samples/s"
             if pick.throughput
@@ -175,6 +176,8 @@ def qlora_trade(answer) -> str | None:
             if abs(change) < 0.005
             else f", {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
         )
+        if answer.speed_band and 0.005 <= abs(change) < answer.speed_band:
+            speed += f" (within the speed model's ±{answer.speed_band:.0%}: undecided)"
     return f"QLoRA at this batch: {gib(twin.total):.1f} GiB{speed}"
 
 

@@ -57,6 +57,7 @@ def test_qlora_is_slower_than_lora_most_at_few_tokens(tmp_path):
             batch_size=1,
             seq_len=seq_len,
         )
+        assert answer.as_dict()["mfu"]["band"] == answer.speed_band > 0  # an A100: Ampere has published rows
         return answer.rows[0].tokens_per_s
 
     short = tokens_per_s("lora", 256) / tokens_per_s("qlora", 256)
@@ -68,3 +69,11 @@ def test_qlora_is_slower_than_lora_most_at_few_tokens(tmp_path):
 def test_compute_is_the_flops_at_the_utilizations_share_of_the_peak():
     use = speed.Utilization(0.4, "--mfu", modelled=False)
     assert speed.compute_seconds(1e15, 312, use) == pytest.approx(1e15 / (312e12 * 0.4))
+
+
+def test_the_error_band_stands_only_where_published_runs_measured_the_generation(rules):
+    a100, t4 = rules.accelerators["a100-80gb"], rules.accelerators["t4"]
+    held_out = rules.fit["speed"]["held_out_error"]
+    assert speed.band(a100, speed.generation_efficiency(a100, rules), rules) == held_out
+    assert speed.band(t4, speed.generation_efficiency(t4, rules), rules) is None  # the default's: unmeasured
+    assert speed.band(a100, speed.Utilization(0.5, "--mfu", modelled=False), rules) is None
