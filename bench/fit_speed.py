@@ -83,7 +83,9 @@ def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
         quantized = answer.n_params - _embeddings(row, anchors)
         unit = {**rules.fit["speed"], "dequant_efficiency": 1.0}
         passes = speed.dequant_passes(row["strategy"].startswith("checkpointing"))
-        dequant = speed.dequant_seconds(quantized, 4, passes, k, acc, _with_speed(rules, unit))
+        dequant = speed.dequant_seconds(
+            quantized, 4, passes, k, acc.bandwidth_gbs * 1e9, _with_speed(rules, unit)
+        )
     now = rules.fit["speed"]
     e0 = now["generations"].get(acc.generation, now["default_mfu"])
     modelled = compute / e0 + k * now["micro_batch_overhead_s"] + dequant / now["dequant_efficiency"]

@@ -1,7 +1,7 @@
 """The `advisor` command line: thin click commands that parse, call the Python API (advisor/api.py), render.
 
 Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `fitting.py` (fit),
-`measuring.py` (measure, validate, pretrain), `kb_commands.py` (the kb group), `reporting.py` (report); `params.py`
+`measuring.py` (measure, validate, calibrate, pretrain), `kb_commands.py` (the kb group), `reporting.py` (report); `params.py`
 declares what they share (option groups, parameter types, the translation of errors). A command's module
 is imported when that command runs (click's lazy-loading pattern), so that one answer does not pay for
 every other command's imports.
@@ -27,6 +27,7 @@ COMMANDS = {
     "fit": ("advisor.cli.fitting", "fit_command"),
     "measure": ("advisor.cli.measuring", "measure"),
     "validate": ("advisor.cli.measuring", "validate"),
+    "calibrate": ("advisor.cli.measuring", "calibrate"),
     "pretrain": ("advisor.cli.measuring", "pretrain"),
     "kb": ("advisor.cli.kb_commands", "kb"),
     "report": ("advisor.cli.reporting", "report"),

@@ -314,6 +314,52 @@ def nothing_measured_sentence(measured) -> str:
 
 
 @click.command(context_settings=CONTEXT)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="Where to time: the GPU when one is usable (auto), or this CPU.",
+)
+@write_db_option
+@json_option
+@domain_errors
+def calibrate(device, db, as_json):
+    """Time this device's rates, so that `advisor fit` prices steps on it from them.
+
+    A large matrix product (FLOP/s), an optimizer-like update over 64 MB (bytes/s) and a tiny Llama's
+    forward and backward (a micro-batch's fixed cost), a few seconds in all, recorded in your KB with the
+    device's name. `advisor fit --gpu cpu` (or the GPU's name) then says "calibrated on this device" and
+    uses them instead of the datasheet's peak and the speed model's constants (docs/fit.md).
+
+    \b
+    Examples:
+        advisor calibrate
+        advisor calibrate --device cpu --json
+        advisor fit --model llama-3.2-1b --gpu cpu --batch-size 1 --seq-len 256
+    """
+    require_measure_side()
+    from advisor.measuring.device_speed import calibrate_here  # torch: the measurement side
+
+    machine, rates = calibrate_here(db, device)
+    if as_json:
+        echo_json(
+            {
+                "hardware": machine["hardware"],
+                "device": machine["device"],
+                "rates": [r.as_dict() for r in rates],
+            }
+        )
+        return
+    out = Console()
+    out.print(f"Calibrated {machine['device'] if machine['hardware'] == 'cpu' else machine['hardware']}:")
+    for r in rates:
+        out.print(f"  {r.detail}")
+    gpu = "cpu" if machine["hardware"] == "cpu" else f"'{machine['hardware']}'"
+    out.print(f'advisor fit --gpu {gpu} now prices steps from these ("calibrated on this device").')
+
+
+@click.command(context_settings=CONTEXT)
 @model_option(
     many=True, references_only=True, help="vit, modernbert, llama, nanovlm (repeatable). Default: all four."
 )

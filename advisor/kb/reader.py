@@ -330,19 +330,21 @@ def group_values(conn: sqlite3.Connection, group: Group, measure: str) -> dict[t
 FIT_CHECK = (
     "fit_%"  # validations of advisor fit's predictions (bench/fit_accuracy.py), not advisor validate's
 )
+SPEED_RATE = "speed_%"  # `advisor calibrate`'s rates (advisor/measuring/device_speed.py), not checks
 
 
 def validation(conn: sqlite3.Connection, hardware: str) -> dict | None:
     """The latest `advisor validate` run on this hardware: when, how many checks, which failed."""
     row = conn.execute(
-        "SELECT max(created_at) FROM validations WHERE hardware = ? AND name NOT LIKE ?",
-        [hardware, FIT_CHECK],
+        "SELECT max(created_at) FROM validations WHERE hardware = ? AND name NOT LIKE ? AND name NOT LIKE ?",
+        [hardware, FIT_CHECK, SPEED_RATE],
     ).fetchone()
     if not row or row[0] is None:
         return None
     checks = conn.execute(
-        "SELECT name, model, passed FROM validations WHERE hardware = ? AND created_at = ? AND name NOT LIKE ?",
-        [hardware, row[0], FIT_CHECK],
+        "SELECT name, model, passed FROM validations WHERE hardware = ? AND created_at = ? "
+        "AND name NOT LIKE ? AND name NOT LIKE ?",
+        [hardware, row[0], FIT_CHECK, SPEED_RATE],
     ).fetchall()
     failed = [f"{n} ({m})" if m else n for n, m, ok in checks if not ok]
     return {"hardware": hardware, "at": row[0], "checks": len(checks), "failed": failed, "passed": not failed}
@@ -515,6 +517,23 @@ def fit_validations(conn: sqlite3.Connection) -> list[dict]:
         out.append(
             dict(hardware=hardware, checks=n, passed=passed, median=errors[len(errors) // 2], worst=worst)
         )
+    return out
+
+
+def speed_calibrations(conn: sqlite3.Connection) -> dict[str, dict]:
+    """`advisor calibrate`'s latest rates per hardware: {hardware: {name: value, 'at': when, 'device': ...}}."""
+    try:
+        rows = conn.execute(
+            "SELECT hardware, device, name, value, created_at FROM validations v WHERE name LIKE ? "
+            "AND created_at = (SELECT max(created_at) FROM validations w "
+            "WHERE w.hardware = v.hardware AND w.name LIKE ?)",
+            [SPEED_RATE, SPEED_RATE],
+        ).fetchall()
+    except sqlite3.DatabaseError:
+        return {}
+    out: dict[str, dict] = {}
+    for hardware, device, name, value, at in rows:
+        out.setdefault(hardware, {"at": at, "device": device})[name] = value
     return out
 
 

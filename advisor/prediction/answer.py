@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from advisor.errors import FitError, KBError
-from advisor.kb.reader import fit_validations
+from advisor.kb.reader import fit_validations, speed_calibrations
 from advisor.kb.schema import connect_readonly
 from advisor.places import shipped_kb_path
 from advisor.prediction import accelerators, ranking, speed
@@ -378,16 +378,17 @@ def step_seconds(
     peak FLOP/s or bandwidth."""
     acc = q.accelerator
     peak = accelerators.peak_tflops(acc, c.dtype) if acc else None
-    if not peak or not acc.bandwidth_gbs:
+    memory = speed.bandwidth(acc, use)
+    if not (peak or use.calibrated) or not memory:
         return None
     _, count = recipe
     seconds = speed.compute_seconds(flops, peak, use) + speed.overhead_seconds(count, use, rules)
-    seconds += speed.traffic_seconds(traffic, acc, rules)
+    seconds += speed.traffic_seconds(traffic, memory, use, rules)
     adapter = q.adapter_of(c.adapter)
     if adapter.kind == "qlora" and use.modelled:
         quantized = n_params(payload) - payload.get("structure", {}).get("root", 0)
         passes = speed.dequant_passes(c.strategy.startswith("checkpointing"))
-        seconds += speed.dequant_seconds(quantized, adapter.base_bits, passes, count, acc, rules)
+        seconds += speed.dequant_seconds(quantized, adapter.base_bits, passes, count, memory, rules)
     return seconds
 
 
@@ -422,12 +423,39 @@ def utilization(q: Question, rules: Rules, read: sqlite3.Connection | None) -> U
     generation's (rules/fit.toml [speed])."""
     if q.mfu is not None:
         return Utilization(q.mfu, "--mfu", modelled=False)
+    calibrated = _calibrated(read, q.accelerator, rules)
+    if calibrated is not None:
+        return calibrated
     if read is not None and q.accelerator is not None:
         measured = _measured_mfu(read, q.accelerator, rules)
         if measured:
             value, n, hardware = measured
             return Utilization(value, f"median of {n} runs measured on {hardware} in the KB", modelled=False)
     return speed.generation_efficiency(q.accelerator, rules)
+
+
+def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules: Rules) -> Utilization | None:
+    """The rates `advisor calibrate` measured on this accelerator, in the user's KB, or None."""
+    if read is None or acc is None:
+        return None
+    found = [(h, r) for h, r in speed_calibrations(read).items() if accelerators.find(h, rules) == acc]
+    if not found:
+        return None
+    _, r = max(found, key=lambda hr: hr[1]["at"])
+    if not all(r.get(k) for k in ("speed_matmul_flops", "speed_stream_bytes")):
+        return None
+    source = (
+        f"calibrated on this device ({r['device']}, advisor calibrate, {r['at'][:10]}): "
+        f"{r['speed_matmul_flops'] / 1e9:.1f} GFLOP/s, {r['speed_stream_bytes'] / 1e9:.1f} GB/s, "
+        f"{(r.get('speed_micro_batch_s') or 0) * 1e3:.0f} ms a micro-batch"
+    )
+    return Utilization(
+        1.0,
+        source,
+        flops_per_s=r["speed_matmul_flops"],
+        bytes_per_s=r["speed_stream_bytes"],
+        overhead_s=r.get("speed_micro_batch_s"),
+    )
 
 
 def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):

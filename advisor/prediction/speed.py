@@ -29,6 +29,13 @@ class Utilization:
     value: float
     source: str
     modelled: bool = True
+    flops_per_s: float | None = None  # measured on this device (`advisor calibrate`): replace the datasheet's
+    bytes_per_s: float | None = None
+    overhead_s: float | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.flops_per_s is not None
 
 
 def generation_efficiency(acc: Accelerator | None, rules: Rules) -> Utilization:
@@ -44,14 +51,17 @@ def band(acc: Accelerator | None, use: Utilization, rules: Rules) -> float | Non
     """The speed model's error on held-out published runs, where it stands for this accelerator (its
     generation fitted, nothing given or measured in its place); None where no published run measured it."""
     fitted = rules.fit["speed"].get("generations", {})
-    if use.modelled and acc is not None and acc.generation in fitted:
+    if use.modelled and not use.calibrated and acc is not None and acc.generation in fitted:
         return rules.fit["speed"]["held_out_error"]
     return None
 
 
 def overhead_seconds(micro_batches: int, use: Utilization, rules: Rules) -> float:
     """The fixed cost of the step's micro-batches (none on top of a utilization given or measured)."""
-    return micro_batches * rules.fit["speed"]["micro_batch_overhead_s"] if use.modelled else 0.0
+    if not use.modelled:
+        return 0.0
+    each = use.overhead_s if use.overhead_s is not None else rules.fit["speed"]["micro_batch_overhead_s"]
+    return micro_batches * each
 
 
 def dequant_passes(checkpointing: bool) -> int:
@@ -60,21 +70,33 @@ def dequant_passes(checkpointing: bool) -> int:
     return 3 if checkpointing else 2
 
 
+def bandwidth(acc: Accelerator | None, use: Utilization) -> float | None:
+    """Bytes/s of the device's memory: measured on it, else its datasheet's."""
+    if use.bytes_per_s:
+        return use.bytes_per_s
+    return acc.bandwidth_gbs * 1e9 if acc is not None and acc.bandwidth_gbs else None
+
+
 def dequant_seconds(
-    quantized: int, bits: int, passes: int, micro_batches: int, acc: Accelerator, rules: Rules
-):
+    quantized: int, bits: int, passes: int, micro_batches: int, bytes_per_s: float, rules: Rules
+) -> float:
     """A quantized base's dequantization over a step: each pass reads the packed weights (and their scales,
     about one byte per 32 weights) and writes them in the compute dtype."""
     per_weight = bits / 8 + 1 / 32 + COMPUTE_BYTES
     moved = quantized * per_weight * passes * micro_batches
-    return moved / (acc.bandwidth_gbs * 1e9 * rules.fit["speed"]["dequant_efficiency"])
+    return moved / (bytes_per_s * rules.fit["speed"]["dequant_efficiency"])
 
 
-def compute_seconds(flops: float, peak_tflops: float, use: Utilization) -> float:
-    """Forward and backward: the executed FLOPs at the utilization's share of the peak."""
+def compute_seconds(flops: float, peak_tflops: float | None, use: Utilization) -> float:
+    """Forward and backward: the executed FLOPs at the rate measured on the device, else at the
+    utilization's share of the datasheet's peak."""
+    if use.flops_per_s:
+        return flops / use.flops_per_s
     return flops / (peak_tflops * 1e12 * use.value)
 
 
-def traffic_seconds(traffic: float, acc: Accelerator, rules: Rules) -> float:
-    """The optimizer's step: its traced bytes at the stated share of the memory bandwidth."""
-    return traffic / (acc.bandwidth_gbs * 1e9 * rules.fit["speed"]["bandwidth_efficiency"])
+def traffic_seconds(traffic: float, bytes_per_s: float, use: Utilization, rules: Rules) -> float:
+    """The optimizer's step: its traced bytes at the rate measured on the device (an elementwise update
+    itself), else at the stated share of the datasheet's bandwidth."""
+    share = 1.0 if use.bytes_per_s else rules.fit["speed"]["bandwidth_efficiency"]
+    return traffic / (bytes_per_s * share)

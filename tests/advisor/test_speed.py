@@ -31,11 +31,11 @@ def test_each_micro_batch_pays_a_fixed_cost_a_given_utilization_does_not(rules):
 
 
 def test_dequantization_is_per_pass_per_micro_batch_and_grows_with_the_bits(rules):
-    a100 = rules.accelerators["a100-80gb"]
-    one = speed.dequant_seconds(7_000_000_000, 4, 2, 1, a100, rules)
-    assert speed.dequant_seconds(7_000_000_000, 4, 3, 1, a100, rules) == pytest.approx(1.5 * one)
-    assert speed.dequant_seconds(7_000_000_000, 4, 2, 8, a100, rules) == pytest.approx(8 * one)
-    assert speed.dequant_seconds(7_000_000_000, 8, 2, 1, a100, rules) > one
+    a100_bw = rules.accelerators["a100-80gb"].bandwidth_gbs * 1e9
+    one = speed.dequant_seconds(7_000_000_000, 4, 2, 1, a100_bw, rules)
+    assert speed.dequant_seconds(7_000_000_000, 4, 3, 1, a100_bw, rules) == pytest.approx(1.5 * one)
+    assert speed.dequant_seconds(7_000_000_000, 4, 2, 8, a100_bw, rules) == pytest.approx(8 * one)
+    assert speed.dequant_seconds(7_000_000_000, 8, 2, 1, a100_bw, rules) > one
     assert speed.dequant_passes(checkpointing=True) == 3 and speed.dequant_passes(checkpointing=False) == 2
 
 
