@@ -431,7 +431,7 @@ def _price_by_fit(cost: CellCost, row, mfu: float, rates: dict) -> None:
         f"advisor fit's step time (its FLOPs at {mfu:.0%} of peak, docs/fit.md)",
     )
     rate = rates.get((cfg.model, cfg.preset)) or rates.get(None)
-    if step_s is None and rate:
+    if rate:  # measured on this CPU, by runs of the shape or this plan: before fit's step time
         step_s = row.step_flops / (rate.value * 1e9)
         measured = "this plan's calibration" if rate.kb == CALIBRATION else f"runs in {rate.kb}"
         how = f"advisor fit's FLOPs per update at the {rate.value:.1f} GFLOP/s measured on this CPU ({measured})"

@@ -445,7 +445,7 @@ def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules:
     if not all(r.get(k) for k in ("speed_matmul_flops", "speed_stream_bytes")):
         return None
     source = (
-        f"calibrated on this device ({r['device']}, advisor calibrate, {r['at'][:10]}): "
+        f"{speed.CALIBRATED} ({r['device']}, advisor calibrate, {r['at'][:10]}): "
         f"{r['speed_matmul_flops'] / 1e9:.1f} GFLOP/s, {r['speed_stream_bytes'] / 1e9:.1f} GB/s, "
         f"{(r.get('speed_micro_batch_s') or 0) * 1e3:.0f} ms a micro-batch"
     )

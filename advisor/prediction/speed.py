@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from advisor.rules import Accelerator, Rules
 
 COMPUTE_BYTES = 2  # a dequantized weight in bf16 or fp16
+CALIBRATED = "calibrated on this device"  # how an answer priced from `advisor calibrate`'s rates says so
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from rich.text import Text
 from advisor.model_ref import shipped_models
 from advisor.prediction.accelerators import gib
 from advisor.prediction.ranking import LADDER_NOTE
+from advisor.prediction.speed import CALIBRATED
 from advisor.render.numbers import fmt
 from advisor.rules import Rules
 
@@ -303,6 +304,8 @@ def step_time_sentence(answer) -> str:
     """How a step's time was predicted (advisor/prediction/speed.py), in one sentence with its source."""
     if not answer.mfu_modelled:
         return f"Step time: FLOPs ÷ (peak FLOP/s × utilization {answer.mfu:.2f}); {answer.mfu_source}"
+    if answer.mfu_source.startswith(CALIBRATED):
+        return f"Step time: FLOPs, a micro-batch's fixed cost and the optimizer's traffic at the rates {answer.mfu_source}"
     return (
         f"Step time: FLOPs ÷ (peak FLOP/s × {answer.mfu:.2f}), a fixed cost per micro-batch, a quantized "
         f"base's dequantization and the optimizer's traffic at the memory bandwidth; {answer.mfu_source}"
