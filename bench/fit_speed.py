@@ -78,16 +78,14 @@ def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
     acc = answer.question.accelerator
     k = row.get("accumulation", 1)
     compute = r.step_flops / (accelerators.peak_tflops(acc, row["dtype"]) * 1e12)
-    dequant = 0.0
-    if row["adapter"] == "qlora":
-        quantized = answer.n_params - _embeddings(row, anchors)
-        unit = {**rules.fit["speed"], "dequant_efficiency": 1.0}
-        passes = speed.dequant_passes(row["strategy"].startswith("checkpointing"))
-        dequant = speed.dequant_seconds(
-            quantized, 4, passes, k, acc.bandwidth_gbs * 1e9, _with_speed(rules, unit)
-        )
     now = rules.fit["speed"]
-    e0 = now["generations"].get(acc.generation, now["default_mfu"])
+    dequant = 0.0
+    if row["adapter"] == "qlora":  # at unit efficiency: the model's seconds times its efficiency
+        quantized = answer.n_params - _embeddings(row, anchors)
+        passes = speed.dequant_passes(row["strategy"].startswith("checkpointing"))
+        at_model = speed.dequant_seconds(quantized, 4, passes, k, acc.bandwidth_gbs * 1e9, rules)
+        dequant = at_model * now["dequant_efficiency"]
+    e0 = speed.generation_efficiency(acc, rules).value
     modelled = compute / e0 + k * now["micro_batch_overhead_s"] + dequant / now["dequant_efficiency"]
     return {
         "compute": compute,
@@ -103,13 +101,6 @@ def _embeddings(row: dict, anchors: dict) -> int:
     cfg = anchors["configs"][row["config"]]
     tied = cfg.get("tie_word_embeddings", False)
     return cfg["vocab_size"] * cfg["hidden_size"] * (1 if tied else 2) + cfg["hidden_size"]
-
-
-def _with_speed(rules, speed_table: dict):
-    class _R:  # the speed functions read rules.fit["speed"] only
-        fit = {**rules.fit, "speed": speed_table}
-
-    return _R()
 
 
 def step(p: dict, e: float, overhead: float, ed: float, per_step_tokens: float) -> float:
