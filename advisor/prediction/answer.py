@@ -95,6 +95,11 @@ class FitAnswer:
         """The rows a reader needs (the ladder, the pick, the best of each adapter), or every one."""
         return self.rows if everything else ranking.shown(self.rows, self.ladder)
 
+    def time_ties(self, rows: list[Row]) -> list[bool]:
+        """For ranked `rows`, whether each is placed below the one above by a tokens/s difference within the
+        speed model's error band: the order between the two is undecided by time."""
+        return ranking.time_ties(rows, self.speed_band, self.question.effective_batch)
+
     def as_dict(self) -> dict:
         q = self.question
         return {
@@ -121,7 +126,10 @@ class FitAnswer:
             "traced_attention": self.attention,
             "lora": q.lora.key(),
             "pick": self.pick.label if self.pick else None,
-            "configurations": [r.as_dict(q) for r in self.rows],
+            "configurations": [
+                {**r.as_dict(q), "time_tie_with_above": tie}
+                for r, tie in zip(self.rows, self.time_ties(self.rows))
+            ],
             "ladder": [r.as_dict() for r in self.ladder],
             "several_gpus": self.several.as_dict(q) if self.several else None,
             "left_out": list(q.left_out),

@@ -70,6 +70,23 @@ def ranked(rows: list[Row], effective: int = 1) -> list[Row]:
     return sorted(rows, key=lambda r: key(r, effective))
 
 
+def ordered_by_time(above: Row, row: Row, effective: int = 1) -> bool:
+    """Whether `row` comes after `above` for its tokens/s alone: every earlier part of the order ties."""
+    a, b = key(above, effective), key(row, effective)
+    return a[0] == 0 and a[:-2] == b[:-2] and bool(above.tokens_per_s and row.tokens_per_s)
+
+
+def time_ties(rows: list[Row], band: float | None, effective: int = 1) -> list[bool]:
+    """For each ranked row, whether its place below the row above rests on a tokens/s difference within the
+    speed model's error band (`band`, a fraction): an order by time that the model cannot decide."""
+    if not band:
+        return [False] * len(rows)
+    return [False] + [
+        ordered_by_time(a, b, effective) and a.tokens_per_s <= b.tokens_per_s * (1 + band)
+        for a, b in zip(rows, rows[1:])
+    ]
+
+
 @dataclass
 class Rung:
     """One rung of the ladder: the lever, and the configuration that pulls it (None: not predicted)."""

@@ -49,11 +49,11 @@ def generation_efficiency(acc: Accelerator | None, rules: Rules) -> Utilization:
 
 
 def band(acc: Accelerator | None, use: Utilization, rules: Rules) -> float | None:
-    """The speed model's error on held-out published runs, where it stands for this accelerator (its
-    generation fitted, nothing given or measured in its place); None where no published run measured it."""
-    fitted = rules.fit["speed"].get("generations", {})
-    if use.modelled and not use.calibrated and acc is not None and acc.generation in fitted:
-        return rules.fit["speed"]["held_out_error"]
+    """The speed model's error on held-out published runs of this accelerator's generation, where the model
+    stands for it (nothing given or measured in its place); None where no held-out run tested it."""
+    tested = rules.fit["speed"].get("held_out", {})
+    if use.modelled and not use.calibrated and acc is not None and acc.generation in tested:
+        return tested[acc.generation]
     return None
 
 

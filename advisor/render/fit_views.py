@@ -226,8 +226,10 @@ def _fit_table(answer, rows) -> Table:
             justify="left" if col[0] in "af" else "right",
             no_wrap=col != "adapter dtype optimizer strategy",
         )
-    for i, r in enumerate(rows, 1):
+    ties = answer.time_ties(rows)
+    for i, (r, tie) in enumerate(zip(rows, ties), 1):
         speed = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
+        speed = f"≈ {speed}" if tie else speed
         table.add_row(
             str(i),
             _what(r),
@@ -237,6 +239,12 @@ def _fit_table(answer, rows) -> Table:
             str(r.max_batch_size) if r.max_batch_size else "—",
             speed,
         )
+    if any(ties):
+        table.caption = (
+            f"≈: placed below the row above by tokens/s alone, within the speed model's ±{answer.speed_band:.0%}:"
+            " undecided by time"
+        )
+        table.caption_justify = "left"
     return table
 
 

@@ -71,9 +71,65 @@ def test_compute_is_the_flops_at_the_utilizations_share_of_the_peak():
     assert speed.compute_seconds(1e15, 312, use) == pytest.approx(1e15 / (312e12 * 0.4))
 
 
-def test_the_error_band_stands_only_where_published_runs_measured_the_generation(rules):
-    a100, t4 = rules.accelerators["a100-80gb"], rules.accelerators["t4"]
-    held_out = rules.fit["speed"]["held_out_error"]
+def test_the_error_band_stands_only_where_held_out_published_runs_tested_the_generation(rules):
+    a100, t4, b200 = (rules.accelerators[n] for n in ("a100-80gb", "t4", "b200"))
+    held_out = rules.fit["speed"]["held_out"]["ampere"]
     assert speed.band(a100, speed.generation_efficiency(a100, rules), rules) == held_out
     assert speed.band(t4, speed.generation_efficiency(t4, rules), rules) is None  # the default's: unmeasured
+    b200_use = speed.generation_efficiency(b200, rules)  # fitted on its one published row, none held out
+    assert b200_use.value == rules.fit["speed"]["generations"]["blackwell"]
+    assert speed.band(b200, b200_use, rules) is None
     assert speed.band(a100, speed.Utilization(0.5, "--mfu", modelled=False), rules) is None
+
+
+@pytest.fixture(scope="module")
+def a100_answer(tmp_path_factory):
+    """A real answer on an A100 (Ampere: held-out published rows, so a band): full fine-tuning of
+    Qwen2-0.5B with AdamW, traced in seconds."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "tests/fixtures/configs/Qwen2-0.5B"
+    return advisor.fit(
+        str(config),
+        db=tmp_path_factory.mktemp("kb") / "kb.sqlite",
+        gpu="A100-80GB",
+        adapters=("full",),
+        dtype="bf16-mixed",
+        optimizers=("adamw",),
+        strategies=("standard",),
+        offload=("none",),
+        batch_size=1,
+        seq_len=256,
+    )
+
+
+def test_a_time_order_within_the_band_is_marked_undecided_and_one_beyond_it_is_not(a100_answer):
+    answer, top = a100_answer, a100_answer.rows[0]
+    band = answer.speed_band
+    assert band and top.tokens_per_s
+    close = replace(top, tokens_per_s=top.tokens_per_s * (1 - band / 2))
+    far = replace(top, tokens_per_s=top.tokens_per_s * (1 - 2 * band))
+    assert answer.time_ties([top, close]) == [False, True]
+    assert answer.time_ties([top, far]) == [False, False]
+    other_rung = replace(close, config=replace(close.config, strategy="checkpointing"))
+    assert answer.time_ties([top, other_rung]) == [False, False]  # placed for what it gives up, not its time
+    no_band = replace(answer, speed_band=None)
+    assert no_band.time_ties([top, close]) == [False, False]  # no published rows: nothing to mark by
+
+
+def test_the_table_and_json_say_which_time_orders_are_undecided(a100_answer):
+    from rich.console import Console
+
+    from advisor.render.fit_views import _fit_table
+
+    top = a100_answer.rows[0]
+    close = replace(top, tokens_per_s=top.tokens_per_s * 0.99)
+    answer = replace(a100_answer, rows=[top, close])
+    console = Console(width=160, record=True)
+    console.print(_fit_table(answer, answer.rows))
+    text = console.export_text()
+    assert f"≈ {close.tokens_per_s:,.0f}" in text and f"±{answer.speed_band:.0%}" in text
+    assert [c["time_tie_with_above"] for c in answer.as_dict()["configurations"]] == [False, True]
+    console = Console(width=160, record=True)
+    console.print(_fit_table(a100_answer, a100_answer.rows[:1]))
+    assert "≈" not in console.export_text()
