@@ -65,7 +65,11 @@ def predict(row: dict, anchors: dict, folder: Path, db: Path):
         batch_size=row["batch"],
         accumulation_steps=row.get("accumulation"),
         seq_len=row["seq_len"],
-        **{k: (tuple(v) if isinstance(v, list) else v) for k, v in row.items() if k in ("lora_r", "lora_targets")},
+        **{
+            k: (tuple(v) if isinstance(v, list) else v)
+            for k, v in row.items()
+            if k in ("lora_r", "lora_targets")
+        },
     )
     return answer.rows[0], answer
 

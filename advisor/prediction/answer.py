@@ -128,7 +128,7 @@ class FitAnswer:
             "pick": self.pick.label if self.pick else None,
             "configurations": [
                 {**r.as_dict(q), "time_tie_with_above": tie}
-                for r, tie in zip(self.rows, self.time_ties(self.rows))
+                for r, tie in zip(self.rows, self.time_ties(self.rows), strict=True)
             ],
             "ladder": [r.as_dict() for r in self.ladder],
             "several_gpus": self.several.as_dict(q) if self.several else None,

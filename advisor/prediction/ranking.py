@@ -83,7 +83,7 @@ def time_ties(rows: list[Row], band: float | None, effective: int = 1) -> list[b
         return [False] * len(rows)
     return [False] + [
         ordered_by_time(a, b, effective) and a.tokens_per_s <= b.tokens_per_s * (1 + band)
-        for a, b in zip(rows, rows[1:])
+        for a, b in zip(rows, rows[1:], strict=False)
     ]
 
 

@@ -227,7 +227,7 @@ def _fit_table(answer, rows) -> Table:
             no_wrap=col != "adapter dtype optimizer strategy",
         )
     ties = answer.time_ties(rows)
-    for i, (r, tie) in enumerate(zip(rows, ties), 1):
+    for i, (r, tie) in enumerate(zip(rows, ties, strict=True), 1):
         speed = f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else fmt(r.throughput)
         speed = f"≈ {speed}" if tie else speed
         table.add_row(
