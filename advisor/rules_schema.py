@@ -206,11 +206,20 @@ FLOWCHART = table(
                         table(
                             {
                                 "metric": req(text()),
-                                "compare_within": req(
-                                    listing(text(choices=("family", "optimizer", "strategy")), unique=True)
+                                "final": req(text()),
+                                "start": req(text()),
+                                "applies_to": req(listing(text(), unique=True)),
+                                "declared": listing(
+                                    table(
+                                        {
+                                            "source": req(text()),
+                                            "family": req(text()),
+                                            "optimizer": req(text()),
+                                            "strategy": text(),
+                                            "reason": req(text()),
+                                        }
+                                    )
                                 ),
-                                "max_ratio_to_best": req(number(above=1, eg=3.0)),
-                                "min_loss": req(number(low=0, eg=1.0)),
                             }
                         )
                     )
@@ -574,6 +583,12 @@ REFERENCES = (
     ("families", ("architectures", "*"), "family", ()),
     ("flowchart", ("metrics", "*"), "metric", ()),
     ("flowchart", ("filters", "divergence", "metric"), "metric", ()),
+    ("flowchart", ("filters", "divergence", "applies_to", "*"), "metric", ()),
+    ("flowchart", ("filters", "divergence", "final"), "measure", ()),
+    ("flowchart", ("filters", "divergence", "start"), "measure", ()),
+    ("flowchart", ("filters", "divergence", "declared", "*", "family"), "family", ()),
+    ("flowchart", ("filters", "divergence", "declared", "*", "optimizer"), "optimizer", ()),
+    ("flowchart", ("filters", "divergence", "declared", "*", "strategy"), "strategy", ()),
     ("flowchart", ("ranking", "equivalence_margins", KEYS), "metric", ("default",)),
     ("flowchart", ("ranking", "tie_break_metrics", "*"), "metric", ()),
     ("flowchart", ("ranking", "prefer_optimizers", "*"), "optimizer", ()),

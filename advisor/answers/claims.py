@@ -110,7 +110,7 @@ class Checker:
     def _stat(self, ev: GroupEvidence, metric: str, optimizer: str, strategy: str) -> Stat | None:
         """The figure of a configuration that may be ranked (GroupEvidence.unusable: the one rule), else None."""
         cell = ev.cells.get((optimizer, strategy))
-        if cell is None or (optimizer, strategy) in ev.unusable():
+        if cell is None or (optimizer, strategy) in ev.unusable(metric):
             return None
         return ev.stat(cell, metric)
 
@@ -124,7 +124,10 @@ class Checker:
         name_b = f"{c['b']['optimizer']}+{c['b']['strategy']}"
         if a is None or b is None or b.mean == 0:
             side = c["a"] if a is None else c["b"]
-            why = ev.unusable().get((side["optimizer"], side["strategy"])) or f"no {c['metric']} figure"
+            why = (
+                ev.unusable(c["metric"]).get((side["optimizer"], side["strategy"]))
+                or f"no {c['metric']} figure"
+            )
             return UNKNOWN, f"{name_a if a is None else name_b}: {why}", {ev.group.label}
         verdict, text = _judge(a, b, c["min"], c["max"])
         keys = [(c[s]["optimizer"], c[s]["strategy"]) for s in ("a", "b")]
@@ -175,7 +178,7 @@ class Checker:
         if c.get("measure") and measure != c["measure"]:
             have = f"only {measure}" if measure else f"no {c['metric']} figure"
             return UNKNOWN, f"no {c['measure']} figure ({have} in this evidence)", {ev.group.label}
-        unusable = ev.unusable()
+        unusable = ev.unusable(c["metric"])
         stats = {k: s for k, s in sorted(ev.stats(c["metric"]).items()) if k not in unusable}
         if not stats:
             return UNKNOWN, f"no {c['metric']} figure", {ev.group.label}
@@ -238,7 +241,7 @@ class Checker:
         ev = self.evidence(c["family"])
         if ev is None:
             return UNKNOWN, f"no {c['family']} evidence", set()
-        diverged = ev.diverged()
+        diverged = ev.diverged() | ev.declared()
         cells = [(k, cell) for k, cell in sorted(ev.cells.items()) if k[0] == c["optimizer"]]
         if not cells:
             return UNKNOWN, f"no run of {c['optimizer']}", {ev.group.label}

@@ -273,7 +273,8 @@ class GroupEvidence:
         self.cells: dict[tuple[str, str], Cell] = {
             (c.optimizer, c.strategy): c for c in group_cells(conn, group)
         }
-        wanted = {x for m in rules.metrics.values() for x in m.measures}
+        divergence = rules.flowchart["filters"]["divergence"]
+        wanted = {x for m in rules.metrics.values() for x in m.measures} | {divergence["start"]}
         aggregates = group_aggregates(
             conn, group, {x: (rules.measures[x].factor, rules.measures[x].scale) for x in sorted(wanted)}
         )
@@ -281,7 +282,9 @@ class GroupEvidence:
         self._measures = {
             name: next((x for x in m.measures if x in aggregates), None) for name, m in rules.metrics.items()
         }
-        self._unusable: dict[tuple[str, str], str] | None = None
+        self._unusable: dict[bool, dict[tuple[str, str], str]] = {}
+        self._starts = {k: a.mean for k, a in aggregates.get(divergence["start"], {}).items()}
+        self._diverged: dict[tuple[str, str], str] | None = None
         self._stats: dict[str, dict[tuple[str, str], Stat]] = {}
         self._aggregates: dict[str, dict[tuple[str, str], Aggregate]] = {}
         for metric, measure in self._measures.items():
@@ -306,7 +309,7 @@ class GroupEvidence:
             k: Stat(mean=v, n=1, spread=None, predicted=True) for k, v in values.items() if k in self.cells
         }
         self._aggregates[metric] = {}  # a prediction per configuration: nothing to test
-        self._unusable = None
+        self._unusable, self._diverged = {}, None
 
     def measure(self, metric: str) -> str | None:
         return self._measures.get(metric)
@@ -360,49 +363,56 @@ class GroupEvidence:
             return []
         return [(o, s) for o in fam.grid_optimizers for s in fam.grid_strategies if (o, s) not in self.cells]
 
-    def unusable(self) -> dict[tuple[str, str], str]:
+    def unusable(self, metric: str | None = None) -> dict[tuple[str, str], str]:
         """The one rule for which configurations may be ranked (recommend, frontier and claims alike): those
-        with an ok run that the divergence filter keeps. Every other one, with the reason."""
-        if self._unusable is not None:
-            return self._unusable
-        diverged = self.diverged()
+        with an ok run, less those their source calls unusable, less those whose own loss diverged where
+        `metric` judges training quality (rules: the divergence filter's applies_to; None: as for every
+        metric). Every other one, with the reason: a time or memory answer keeps a finished run whatever its
+        loss (its answer flags it: `flagged`)."""
+        judged = metric is None or metric in self.rules.flowchart["filters"]["divergence"]["applies_to"]
+        if judged in self._unusable:
+            return self._unusable[judged]
         out = {}
         for key, cell in sorted(self.cells.items()):
             if not cell.n_ok:
                 statuses = "/".join(f"{n} {s}" if n > 1 else s for s, n in sorted(cell.statuses.items()))
                 out[key] = statuses + (f": {sorted(cell.errors)[0]}" if cell.errors else "")
-            elif key in diverged:
-                out[key] = diverged[key]
-        self._unusable = out
-        return out
+        out |= self.declared() | (self.diverged() if judged else {})
+        self._unusable[judged] = dict(sorted(out.items()))
+        return self._unusable[judged]
 
-    def usable(self) -> list[Cell]:
-        """The configurations that may be ranked, in name order."""
-        unusable = self.unusable()
+    def usable(self, metric: str | None = None) -> list[Cell]:
+        """The configurations that may be ranked on `metric` (None: on every one), in name order."""
+        unusable = self.unusable(metric)
         return [c for k, c in sorted(self.cells.items()) if k not in unusable]
 
     def diverged(self) -> dict[tuple[str, str], str]:
-        """Configurations the divergence filter finds unusable, with the reason (rules: flowchart.filters.divergence)."""
+        """Configurations whose own loss diverged, with the reason (rules: flowchart.filters.divergence): not
+        finite, or ended above where it started. Never by another optimizer's result: a run that improved
+        stays, however far above the best it ended."""
+        if self._diverged is not None:
+            return self._diverged
         spec = self.rules.flowchart["filters"]["divergence"]
-        fields = [f for f in spec["compare_within"] if f != "family"]  # a group holds one family
-        metric = self.rules.metric(spec["metric"])
-        losses = {k: s.mean for k, s in self.stats(spec["metric"]).items()}
-        out = {}
-        for key, loss in losses.items():
-            cell = self.cells[key]
-            peers = [
-                v
-                for k, v in losses.items()
-                if all(getattr(self.cells[k], f) == getattr(cell, f) for f in fields)
-            ]
-            best = metric.best(peers)
-            if loss < spec["min_loss"] or best <= 0:
-                continue
-            ratio = loss / best
-            if ratio > spec["max_ratio_to_best"]:
-                within = " and ".join(fields) or "group"
+        like_with_like = self.measure(spec["metric"]) == spec["final"]
+        out = self._diverged = {}
+        for key, stat in self.stats(spec["metric"]).items():
+            start = self._starts.get(key) if like_with_like else None
+            if not math.isfinite(stat.mean):
+                out[key] = f"diverged: its loss is {stat.mean}"
+            elif start is not None and stat.mean > start:
                 out[key] = (
-                    f"diverged: loss {loss:.4g} is {ratio:.1f}x the best of the same {within} "
-                    f"({best:.4g}; limit {spec['max_ratio_to_best']}x)"
+                    f"diverged: its loss ended at {stat.mean:.4g}, above where it started ({start:.4g})"
                 )
+        return out
+
+    def declared(self) -> dict[tuple[str, str], str]:
+        """Configurations their own source calls unusable (rules: the divergence filter's `declared`): the rule
+        for published figures, which carry no trajectory. Left out of every answer, as the source does."""
+        out = {}
+        for d in self.rules.flowchart["filters"]["divergence"].get("declared", []):
+            if (self.group.source, self.group.family) != (d["source"], d["family"]):
+                continue
+            for key, cell in self.cells.items():
+                if cell.optimizer == d["optimizer"] and d.get("strategy", cell.strategy) == cell.strategy:
+                    out[key] = f"diverged, in its source's own words: {d['reason']}"
         return out

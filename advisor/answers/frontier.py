@@ -57,11 +57,14 @@ def frontier(
     """The x-vs-y frontier of the family's best evidence group; unusable configurations are left out, with why."""
     group = select_group(conn, rules, family, source).group
     ev = GroupEvidence(conn, group, rules)
-    left_out = sorted(f"{ev.cells[k].name}: {why}" for k, why in ev.unusable().items())
-    points = frontier_points(ev, ev.usable(), x, y)
+    applies = rules.flowchart["filters"]["divergence"]["applies_to"]
+    judged = next((m for m in (x, y) if m in applies), y)  # a diverged run is off a frontier of its loss
+    unusable = ev.unusable(judged)
+    left_out = sorted(f"{ev.cells[k].name}: {why}" for k, why in unusable.items())
+    points = frontier_points(ev, ev.usable(judged), x, y)
     excluded = [
         LeftOut(*key, why, ev.value(ev.cells[key], x), ev.value(ev.cells[key], y))
-        for key, why in sorted(ev.unusable().items())
+        for key, why in sorted(unusable.items())
     ]
     return Frontier(family, x, y, group, (ev.measure(x), ev.measure(y)), points, left_out, excluded)
 

@@ -408,7 +408,7 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     )
     candidates: list[tuple[Cell, Stat]] = []
     passed: list[Cell] = []  # every configuration no filter or constraint excluded
-    unusable = ev.unusable()
+    unusable = ev.unusable(metric.name)
     memory_checked = _memory_check(ev, constraints, answer)
     for key, cell in sorted(ev.cells.items()):
         stat = ev.stat(cell, metric.name)
@@ -788,7 +788,9 @@ def _entry(
         seeds_ok=cell.n_ok,
         seeds_total=cell.seeds_total,
         failed=[f.as_dict() for f in cell.failed],
-        flag=_flag(cell, metric, stat),
+        flag=_flag(
+            cell, metric, stat, None if reason else ev.diverged().get((cell.optimizer, cell.strategy))
+        ),
     )
 
 
@@ -798,10 +800,13 @@ def _unit(ev: GroupEvidence, metric: Metric) -> str:
     return (measure.unit if measure else None) or metric.unit
 
 
-def _flag(cell: Cell, metric: Metric, stat: Stat | None) -> str | None:
-    """The cell's failed seeds, and ok seeds without a figure for the metric (e.g. a run that never reached
-    the target loss has no time to target): a mean over the rest would flatter the configuration."""
+def _flag(cell: Cell, metric: Metric, stat: Stat | None, diverged: str | None = None) -> str | None:
+    """The cell's failed seeds, ok seeds without a figure for the metric (e.g. a run that never reached the
+    target loss has no time to target): a mean over the rest would flatter the configuration; and, in an
+    answer that keeps it (time, memory), a loss that diverged: fast, but it did not train."""
     flags = [cell.flag] if cell.flag else []
+    if diverged:
+        flags.append(f"its loss {diverged.removeprefix('diverged: its loss ')}: it did not train")
     if stat and not stat.predicted and stat.n < cell.n_ok:
         flags.append(f"{metric.name} on {stat.n} of {cell.n_ok} ok seeds (the others have no figure)")
     return "; ".join(flags) or None

@@ -98,7 +98,7 @@ def _transfer(conn, rules: Rules, small: GroupEvidence, large: GroupEvidence, me
     measure = small.measure(metric)
     if measure is None or measure != large.measure(metric):
         return None  # the two scales measured it differently: not comparable
-    skip = set(small.unusable()) | set(large.unusable())
+    skip = set(small.unusable(metric)) | set(large.unusable(metric))
     values = [group_values(conn, ev.group, measure) for ev in (small, large)]
     keys = sorted((set(values[0]) & set(values[1])) - skip)
     if len(keys) < 3:
