@@ -514,6 +514,7 @@ SIDE = either(text(), table({"optimizer": req(text()), "strategy": req(text())})
 EXPECT = table({"family": req(text()), "metric": req(text()), "optimizer": text(), "strategy": text()})
 CLAIMS = table(
     {
+        "source": req(text()),
         "claims": req(
             listing(
                 table(

@@ -52,21 +52,33 @@ class Verdict:
 
 def load_claims(directory: str | None = None) -> list[dict]:
     """The paper's claims (rules/claims.toml), checked against its schema as every rules file is."""
+    return _claims_file(directory)["claims"]
+
+
+def claims_source(directory: str | None = None) -> str:
+    """The source whose claims rules/claims.toml holds: what `--source paper` checks them on, among papers."""
+    return _claims_file(directory)["source"]
+
+
+def _claims_file(directory: str | None) -> dict:
     path = (shipped_rules_dir() if directory is None else Path(directory)) / "claims.toml"
-    return read_rules_file(path, "claims")["claims"]
+    return read_rules_file(path, "claims")
 
 
 class Checker:
     def __init__(self, conn: sqlite3.Connection, source: str | None, rules: Rules):
+        if source == "paper":  # the paper's own figures, not another paper's published beside them
+            source = claims_source()
         self.conn, self.source, self.rules = conn, source, rules
         self.cache: dict = {}  # Group -> GroupEvidence, shared with every recommend() the checks make
         self.evidence = cache(self._evidence)
         self._walked: list | None = None
         self.groups: dict[str, Group] = {}  # label -> group, of every group a check has used
 
-    def _evidence(self, family: str) -> GroupEvidence | None:
+    def _evidence(self, family: str, metric: str | None = None) -> GroupEvidence | None:
+        """The family's evidence group for a claim about `metric`: one that measured it, where any did."""
         try:
-            group = select_group(self.conn, self.rules, family, self.source).group
+            group = select_group(self.conn, self.rules, family, self.source, metric=metric).group
         except NoEvidence:
             return None
         self.groups[group.label] = group
@@ -115,7 +127,7 @@ class Checker:
         return ev.stat(cell, metric)
 
     def _ratio(self, c):
-        ev = self.evidence(c["family"])
+        ev = self.evidence(c["family"], c["metric"])
         if ev is None:
             return UNKNOWN, f"no {c['family']} evidence", set()
         a = self._stat(ev, c["metric"], c["a"]["optimizer"], c["a"]["strategy"])
@@ -141,7 +153,7 @@ class Checker:
     def _ratio_all(self, c):
         judged, groups, flags = [], set(), []
         for family in c["families"]:
-            ev = self.evidence(family)
+            ev = self.evidence(family, c["metric"])
             if ev is None:
                 continue
             groups.add(ev.group.label)
@@ -171,7 +183,7 @@ class Checker:
         return HOLDS, f"{', '.join(t for _, t in judged)} {claim}", groups
 
     def _range(self, c):
-        ev = self.evidence(c["family"])
+        ev = self.evidence(c["family"], c["metric"])
         if ev is None:
             return UNKNOWN, f"no {c['family']} evidence", set()
         measure = ev.measure(c["metric"])
@@ -238,7 +250,7 @@ class Checker:
         return HOLDS, "; ".join(parts), groups
 
     def _diverged(self, c):
-        ev = self.evidence(c["family"])
+        ev = self.evidence(c["family"], "loss")
         if ev is None:
             return UNKNOWN, f"no {c['family']} evidence", set()
         diverged = ev.diverged() | ev.declared()

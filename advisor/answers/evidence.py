@@ -20,6 +20,7 @@ from advisor.kb.reader import (
     group_cells,
     group_pairs,
     group_ref,
+    groups_measuring,
 )
 from advisor.rules import Rules
 
@@ -87,8 +88,11 @@ def select_group(
     source: str | None = None,
     asked: Asked | None = None,
     selector: Selector | None = None,
+    metric: str | None = None,
 ) -> Selection:
-    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps.
+    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps, and
+    for `metric`, among those that measured it where any did (a published table of losses answers no time
+    question); at the question's scale the nearest in size first, where sizes decide nothing else.
 
     Shipped evidence is always eligible. The user's own runs answer only a question they match (`mismatch`):
     one smoke run never becomes the answer for a model a thousand times its size. Sources the rules never
@@ -97,6 +101,9 @@ def select_group(
     selector, asked = selector or Selector(), asked or Asked()
     never = prefs.get("answer_never", [])
     everything = evidence_groups(conn, family=family, source=source)
+    if metric is not None:
+        measuring = groups_measuring(conn, rules.metric(metric).measures)
+        everything = [g for g in everything if g.id in measuring] or everything
     kept = [
         g for g in everything if selector.keeps(g) and (source or selector.group or g.source not in never)
     ]
@@ -117,7 +124,7 @@ def select_group(
         raise NoEvidence(
             _no_group(family, source, selector, [g for g in kept if g.id in unmatched], unmatched)
         )
-    key = _rank_key(asked, prefs)
+    key = _rank_key(asked, prefs, scale)
     chosen = max(groups, key=key)
     others = [g for g in everything if g is not chosen and (g.source not in never or selector.group == g.id)]
     return Selection(chosen, sorted(others, key=key, reverse=True), unmatched, scale)
@@ -135,7 +142,13 @@ def for_its_model_only(g: Group, asked: Asked, selector: Selector, prefs: dict) 
     )
 
 
-def _rank_key(asked: Asked, prefs: dict):
+def _rank_key(asked: Asked, prefs: dict, scale: int | None = None):
+    def nearness(g: Group) -> float:
+        """How close the group's size is to the question's (0 at the same size; sizes unknown: neutral)."""
+        if not scale or scale < 0 or not g.n_params:
+            return 0.0
+        return -abs(math.log(g.n_params / scale))
+
     def rank(g: Group):
         return (
             asked.names(g),
@@ -144,8 +157,10 @@ def _rank_key(asked: Asked, prefs: dict):
             prefs["preset_rank"].get(g.preset, 1),
             prefs["protocol_rank"].get(g.protocol, 0),
             prefs["source_rank"].get(g.source, prefs["source_rank"].get(g.kind, 0)),
+            nearness(g),
             g.n_seeds,
             g.n_runs,
+            g.n_params or 0,  # of published sizes otherwise alike, the largest
         )
 
     return rank

@@ -180,7 +180,7 @@ def recommend(
     `compare_groups` ranks the other groups too, and names those whose pick differs (`disagreements`);
     `explain` adds the notes a person asking reads: a single run's pick beside the seeded evidence's, and why
     the menu's pick differs."""
-    chosen = select_group(conn, rules, family, source, asked, selector)
+    chosen = select_group(conn, rules, family, source, asked, selector, metric=metric)
     answer = _answer(conn, rules, chosen.group, chosen.others, metric, constraints, evidence)
     pinned = source or (
         selector and (selector.group or selector.preset or selector.hardware or selector.mine)
@@ -491,7 +491,10 @@ def _tests_against_best(
         test["decided_by"] = _tie_break_test(ev, metric, best_cell, cell, alpha) if equal else None
         tied = (equal and test["decided_by"] is None) or (cmp is not None and adjusted[i] >= alpha)
         tied = tied or (cmp is None and _untestable(stat, best_stat))
-        test |= reading(ev.rules, metric, cmp, stat, best_stat, not tied, multiplier.get(i, 1))
+        holm_separated = cmp is not None and adjusted[i] < alpha
+        test |= reading(
+            ev.rules, metric, cmp, stat, best_stat, not tied, multiplier.get(i, 1), holm_separated
+        )
         out.append((test, tied))
     return out
 
@@ -510,13 +513,22 @@ def equivalence_margin(rules: Rules, metric: Metric) -> float:
 
 
 def reading(
-    rules: Rules, metric: Metric, cmp, stat: Stat, versus: Stat, separated: bool, comparisons: int = 1
+    rules: Rules,
+    metric: Metric,
+    cmp,
+    stat: Stat,
+    versus: Stat,
+    separated: bool,
+    comparisons: int = 1,
+    holm_separated: bool = False,
 ) -> dict:
     """What a comparison with the pick says: 'equivalent' (TOST: the 90 % interval of the difference within
-    ±margin of the pick's mean, even where a test separates them), 'different' (separated, and not within
-    the margin) or 'undecided', with the seeds per side that would decide it (`comparisons`: Holm's multiplier
-    on this comparison, which asks a difference for more). A measure with no spread over seeds (memory) is compared exactly, without a t-test; one run
-    per configuration says nothing about the spread, so it stays undecided unless the values are equal."""
+    ±margin of the pick's mean), 'different' (separated) or 'undecided', with the seeds per side that would
+    decide it (`comparisons`: Holm's multiplier on this comparison, which asks a difference for more). A
+    comparison Holm's correction separates is never read equivalent: 'different', with `within_margin` where
+    the difference is real but inside the margin (memory's exact 0.2 %). A measure with no spread over seeds
+    (memory) is compared exactly, without a t-test; one run per configuration says nothing about the spread,
+    so it stays undecided unless the values are equal."""
     relative = equivalence_margin(rules, metric)
     margin = relative * abs(versus.mean)
     out = dict(margin=margin, margin_relative=relative, interval90=None, seeds_needed=None, exact=False)
@@ -529,10 +541,13 @@ def reading(
         else:  # one run each: no spread to tell a difference from noise, whatever the ranking separated
             out["reading"] = "equivalent" if diff == 0 else "undecided"
         return out
-    eq = tost(cmp.test, margin, different=separated, comparisons=comparisons)
+    eq = tost(cmp.test, margin, different=separated or holm_separated, comparisons=comparisons)
     out |= dict(interval90=list(eq.interval), seeds_needed=eq.seeds_needed, exact=cmp.test.se == 0)
-    # equivalence first: a difference shown real but inside the margin (memory's exact 0.2 %) is practically none
-    out["reading"] = "equivalent" if eq.equivalent else "different" if separated else "undecided"
+    out["within_margin"] = eq.equivalent
+    if holm_separated or (separated and not eq.equivalent):
+        out["reading"] = "different"  # shown real: never 'equivalent', however small (within_margin says so)
+    else:  # a difference shown real but inside the margin, without Holm's separation, is practically none
+        out["reading"] = "equivalent" if eq.equivalent else "different" if separated else "undecided"
     return out
 
 

@@ -31,7 +31,9 @@ class Transfer:
     larger: Group
     configurations: int  # ranked at both scales
     tau: float  # Kendall's tau-b of the configurations' means
-    interval: tuple[float, float]  # its 95 % bootstrap interval (seeds resampled within each configuration)
+    # its 95 % bootstrap interval (seeds resampled within each configuration); None where a scale has one run
+    # per configuration (a published table): nothing to resample, so no interval is claimed
+    interval: tuple[float, float] | None
     pick_smaller: str
     pick_larger: str
 
@@ -41,12 +43,19 @@ class Transfer:
 
     @property
     def text(self) -> str:
-        lo, hi = self.interval
         return (
             f"{self.family} {self.metric}, {params_text(self.smaller.n_params)} → {params_text(self.larger.n_params)}: "
-            f"τ = {self.tau:.2f} [{lo:.2f}, {hi:.2f}] over {self.configurations} configurations; the pick "
+            f"τ = {self.tau_text} over {self.configurations} configurations; the pick "
             + ("held" if self.held else f"moved ({self.pick_smaller} → {self.pick_larger})")
         )
+
+    @property
+    def tau_text(self) -> str:
+        """'+0.55 [+0.05, +0.78]', or '+0.33 (one run each: no interval)'."""
+        if self.interval is None:
+            return f"{self.tau:+.2f} (one run each: no interval)"
+        lo, hi = self.interval
+        return f"{self.tau:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
     def as_dict(self) -> dict:
         return dict(
@@ -56,7 +65,7 @@ class Transfer:
             larger=self.larger.as_dict(),
             configurations=self.configurations,
             tau=self.tau,
-            interval=list(self.interval),
+            interval=list(self.interval) if self.interval else None,
             pick_smaller=self.pick_smaller,
             pick_larger=self.pick_larger,
             held=self.held,
@@ -65,12 +74,17 @@ class Transfer:
 
 def scale_pairs(conn: sqlite3.Connection, family: str | None = None) -> list[tuple[Group, Group]]:
     """Groups that differ only in scale (same family, source, hardware, protocol and data; a stated parameter
-    count each), smaller first, each with the next size up."""
+    count each), smaller first, each with the next size up: measured grids with seeds, and published tables
+    (one run per configuration) as the scale points they are."""
     never = TUNING_SOURCES  # runs that chose rates (a run per rate, not per seed) are not evidence
     by_kind: dict[tuple, list[Group]] = {}
     for g in evidence_groups(conn, family=family):
         if (  # the reference grid's scales; a particular model's group (preset custom: a base, fine-tuned) is none
-            g.n_params and g.n_seeds > 1 and not g.own and g.source not in never and g.preset != "custom"
+            g.n_params
+            and (g.n_seeds > 1 or g.kind == "paper")
+            and not g.own
+            and g.source not in never
+            and g.preset != "custom"
         ):
             by_kind.setdefault((g.family, g.source, g.hardware, g.protocol, g.data), []).append(g)
     pairs = []
@@ -106,7 +120,8 @@ def _transfer(conn, rules: Rules, small: GroupEvidence, large: GroupEvidence, me
     sign = 1.0 if rules.metric(metric).direction == "min" else -1.0
     means = [[sum(v[k]) / len(v[k]) for k in keys] for v in values]
     picks = [" + ".join(keys[min(range(len(keys)), key=lambda i: sign * m[i])]) for m in means]
-    lo, hi = bootstrap_tau([[v[k] for k in keys] for v in values])
+    seeded = small.group.n_seeds > 1 and large.group.n_seeds > 1
+    interval = bootstrap_tau([[v[k] for k in keys] for v in values]) if seeded else None
     return Transfer(
         small.group.family,
         metric,
@@ -114,7 +129,7 @@ def _transfer(conn, rules: Rules, small: GroupEvidence, large: GroupEvidence, me
         large.group,
         len(keys),
         kendall_tau_b(*means),
-        (lo, hi),
+        interval,
         *picks,
     )
 
@@ -184,7 +199,7 @@ def summary_line(found: list[Transfer], metric: str) -> str | None:
     sizes = f"{params_text(min(t.smaller.n_params for t in of))}–{params_text(max(t.larger.n_params for t in of))}"
     families = f" (median of {len(of)} families: {mid.family})" if len(of) > 1 else f" ({mid.family})"
     return (
-        f"How rankings carry across scale: from the smaller to the larger reference grid ({sizes} parameters) the "
-        f"{metric} ranking agreed with τ = {mid.tau:.2f} [{mid.interval[0]:.2f}, {mid.interval[1]:.2f}]{families}; "
+        f"How rankings carry across scale: from the smaller to the larger scale measured or published ({sizes} "
+        f"parameters) the {metric} ranking agreed with τ = {mid.tau_text}{families}; "
         f"the pick held in {sum(t.held for t in of)} of {len(of)} (advisor transfer)"
     )

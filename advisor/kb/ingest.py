@@ -94,6 +94,8 @@ def _paper_run(setup: dict, model: str, optimizer: str, strategy: str) -> dict:
         optimizer=optimizer,
         strategy=strategy,
         preset=setup["preset"],
+        protocol=setup.get("protocol", "paper"),  # fair: held-out loss at rates tuned per optimizer
+        data=setup.get("data"),  # what the source trained on (None: unstated, the seed paper's MM-IMDb)
         seed=None,
         hardware=setup["hardware"],
         device=setup.get("device"),

@@ -55,7 +55,7 @@ class Group:
     @property
     def label(self) -> str:
         seeds = f"{self.n_seeds} seeds" if self.n_seeds > 1 else "1 run per configuration"
-        origin = "paper 2608.08961" if self.kind == "paper" else self.source
+        origin = f"paper {self.source.removeprefix('paper:')}" if self.kind == "paper" else self.source
         protocol = {"fair": ", fair protocol", "trainer": ", a Trainer run"}.get(self.protocol, "")
         yours = "your KB: " if self.own else ""
         return (
@@ -207,6 +207,15 @@ def evidence_groups(
         + " GROUP BY g.id ORDER BY g.family, g.source, g.hardware, g.preset, g.model, g.protocol, g.data"
     )
     return [Group(*r) for r in conn.execute(sql, params)]
+
+
+def groups_measuring(conn: sqlite3.Connection, measures: tuple[str, ...]) -> set[int]:
+    """Ids of the groups with an ok run that holds any of `measures` (read from the maintained sums)."""
+    if not measures:
+        return set()
+    marks = ", ".join("?" for _ in measures)
+    sql = f"SELECT DISTINCT grp FROM cell_stats WHERE n > 0 AND measure IN ({marks})"
+    return {row[0] for row in conn.execute(sql, list(measures))}
 
 
 def _group_id(conn: sqlite3.Connection, group: Group) -> int | None:

@@ -80,6 +80,9 @@ class RunConfig:
     lr_grid: tuple[float, ...] | None = (
         None  # the rates --tune-lr tried on its tuning seed, where lr is the best
     )
+    # Muon's AdamW part (embeddings, output layer, norms, biases): the rate --tune-lr chose for AdamW on the same
+    # model and update; None: AdamW's default (a run without --tune-lr)
+    adamw_lr: float | None = None
     role: str = "grid"  # grid | tuning (a --tune-lr run: stored under source measured:tuning, never answers)
     eval_examples: int | None = None  # held-out examples (fair protocol); None: the preset's
     target_loss: float | None = None  # time to target: the held-out loss to reach; None: rules/protocol.toml
@@ -130,6 +133,8 @@ class RunConfig:
         out = {k: v for k, v in asdict(self).items() if k not in DATA_DEFAULTS or v != DATA_DEFAULTS[k]}
         if self.strategy not in ADAPTING:
             out = {k: v for k, v in out.items() if k not in ADAPTER_FIELDS}
+        if out["adamw_lr"] is None:
+            del out["adamw_lr"]  # every run before it (and every optimizer but Muon) keeps its cell key
         if out["cgd_beta_max"] == math.inf:
             out["cgd_beta_max"] = "inf"  # JSON has no infinity
         if out["lr_grid"] is not None:

@@ -30,6 +30,7 @@ OPTIMIZERS = (
     "lion_8bit",
     "schedule_free_adamw",
     "muon",
+    "nadamw",
 )
 MOMENTUM = 0.9  # sgd-momentum: the conventional heavy-ball coefficient
 WEIGHT_DECAY = 0.01  # adamw: torch's default decoupled weight decay
@@ -67,13 +68,15 @@ DEFAULT_LR = {
     "lion_8bit": 1e-4,
     "schedule_free_adamw": 2.5e-3,
     "muon": 1e-3,
+    "nadamw": 1e-3,
 }
 
 
 def make_optimizer(
-    name: str, params, lr: float, cuda_defaults: bool = False, model=None, **cgd_options
+    name: str, params, lr: float, cuda_defaults: bool = False, model=None, adamw_lr=None, **cgd_options
 ) -> torch.optim.Optimizer:
-    """An optimizer by name; cgd_options go to ConjugateGradient (ignored by the others).
+    """An optimizer by name; cgd_options go to ConjugateGradient (ignored by the others); `adamw_lr` is
+    Muon's AdamW part's rate (None: AdamW's default).
 
     cuda_defaults: build the implementation a CUDA run gets (torch's foreach kernels, and the fused AdamW
     that Trainer's default `adamw_torch_fused` selects) even where the parameters are not on a GPU, as
@@ -83,6 +86,8 @@ def make_optimizer(
     params = list(params)
     if name == "cgd":
         return ConjugateGradient(params, lr=lr, **cgd_options)
+    if name == "muon":
+        return _muon(params, lr, cuda_defaults, model, adamw_lr)
     if name in EXTRA:
         return EXTRA[name](params, lr, cuda_defaults, model)
     if name == "adafactor":  # as Trainer's optim="adafactor" builds it: a fixed rate, no relative step
@@ -96,6 +101,9 @@ def make_optimizer(
         "sgd-momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, **impl),
         "adam": lambda: torch.optim.Adam(params, lr=lr, **fused),
         "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY, **fused),
+        "nadamw": lambda: torch.optim.NAdam(
+            params, lr=lr, weight_decay=WEIGHT_DECAY, decoupled_weight_decay=True, **impl
+        ),
         "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, **impl),
         "adadelta": lambda: torch.optim.Adadelta(params, lr=lr, **impl),
     }
@@ -184,21 +192,25 @@ def _schedule_free(params, lr, cuda_defaults, model):
     return optimizer
 
 
-def _muon(params, lr, cuda_defaults, model):
+def _muon(params, lr, cuda_defaults, model, adamw_lr=None):
     fused = {"fused": True} if cuda_defaults else {}
-    return MuonWithAdamW.split(params, model, lr=lr, adamw_lr=DEFAULT_LR["adamw"], **fused)
+    adamw_lr = DEFAULT_LR["adamw"] if adamw_lr is None else adamw_lr
+    return MuonWithAdamW.split(params, model, lr=lr, adamw_lr=adamw_lr, **fused)
 
 
 def _ends(model) -> list[torch.nn.Module]:
-    """A model's input embeddings and its output layer (the output embeddings, else its last linear layer: a
-    classification head), which Muon's documentation sends to AdamW."""
+    """Every embedding of a model (tokens, learned positions such as GPT-2's `wpe`, token types) and its output
+    layer (the output embeddings, else its last linear layer: a classification head): 2-D, yet not hidden
+    matrices, so Muon's documentation sends them to AdamW."""
     if model is None:
         return []
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     first = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     last = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if last is None:
         last = next((m for m in reversed(list(model.modules())) if isinstance(m, torch.nn.Linear)), None)
-    return [m for m in (first, last) if m is not None]
+    found = [m for m in (first, *embeddings, last) if m is not None]
+    return list({id(m): m for m in found}.values())
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
@@ -208,7 +220,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     @classmethod
     def split(cls, params, model=None, **options) -> MuonWithAdamW:
-        """Muon for the 2-D parameters but the embeddings and the output layer (2-D, yet Muon's documentation
+        """Muon for the 2-D parameters but every embedding and the output layer (2-D, yet Muon's documentation
         sends them to AdamW), AdamW for the rest."""
         excluded = {id(p) for layer in _ends(model) for p in layer.parameters()}
         params = [p for p in params if p.requires_grad]

@@ -105,7 +105,9 @@ class Trainer:
                 beta_max=cfg.cgd_beta_max,
             )
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, but under an adapter
-        self.optimizer = make_optimizer(cfg.optimizer, trainable, cfg.lr, model=self.model, **cgd)
+        self.optimizer = make_optimizer(
+            cfg.optimizer, trainable, cfg.lr, model=self.model, adamw_lr=cfg.adamw_lr, **cgd
+        )
         self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_ratio, cfg.updates_per_epoch * cfg.epochs)
 
     def sizes(self):

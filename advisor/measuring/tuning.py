@@ -92,22 +92,28 @@ def tune(
     The plain step's rates first, on the whole log grid; a strategy tuned at its own batch (`[tuning.with]`)
     then starts from the plain step's choice for the same model and optimizer: the rates of that grid
     within `around` steps of it. A rate chosen at the edge of what was tried is not a choice but a bound:
-    the grid is extended a step beyond it (`extend` times at most) until the best lies inside."""
+    the grid is extended a step beyond it (`extend` times at most) until the best lies inside; then every
+    optimizer of the same model and update is widened to as many rates as the one that tried most (one grid
+    width rule for all). Muon's AdamW part takes the rate chosen for AdamW on the same key (AdamW is tuned
+    first, added where the grid lacks it): its embeddings, output layer and norms train as AdamW's do."""
     keys = {tuning_key(c.config, rules): c.model for c in cells}
+    keys |= {replace(k, optimizer="adamw"): m for k, m in keys.items() if k.optimizer == "muon"}
     default = rules.protocol["tuning"]["strategy"]
     plain = {replace(k, strategy=default): m for k, m in keys.items()}  # where every own strategy starts
     grids = {k: rates(k, rules) for k in plain}
-    chosen = _tuned(plain, grids, db_path, run, rules)
+    chosen = _tuned_muon_last(plain, grids, db_path, run, rules)
     own = {k: m for k, m in keys.items() if k.strategy != default}
     for k in own:
         start = replace(k, strategy=default)
         grids[k] = _around(chosen[start], grids[start], rules)
-    chosen |= _tuned(own, grids, db_path, run, rules)
+    chosen |= _tuned_muon_last(own, grids, db_path, run, rules)
     out = []
     for cell in cells:
         key = tuning_key(cell.config, rules)
         found = chosen[key]
         tuned = {} if found.lr is None else dict(lr=found.lr, lr_grid=grids[key])
+        if key.optimizer == "muon" and found.lr is not None:
+            tuned["adamw_lr"] = _adamw_lr(key, chosen)
         out.append(cell.with_config(**tuned))
     return out, list(chosen.values())
 
@@ -115,6 +121,8 @@ def tune(
 def _tuned(keys: dict, grids: dict, db_path: Path, run, rules: Rules) -> dict[RunConfig, Tuned]:
     """Each key's rate: its grid trained on the tuning seed, then extended past an edge choice (`grids` grows
     with what was tried)."""
+    if not keys:
+        return {}
     run([GridCell(replace(k, lr=lr), model) for k, model in keys.items() for lr in grids[k]])
     chosen = {k: _choose(k, grids[k], db_path) for k in keys}
     for _ in range(rules.protocol["tuning"].get("extend", 0)):
@@ -125,6 +133,48 @@ def _tuned(keys: dict, grids: dict, db_path: Path, run, rules: Rules) -> dict[Ru
         for k, lr in beyond.items():
             grids[k] = tuple(sorted((*grids[k], lr)))
             chosen[k] = _choose(k, grids[k], db_path)
+    return chosen
+
+
+def _tuned_muon_last(keys: dict, grids: dict, db_path: Path, run, rules: Rules) -> dict[RunConfig, Tuned]:
+    """The keys' rates, Muon's after AdamW's: its tuning runs train their AdamW part at AdamW's choice."""
+    chosen = _tuned({k: m for k, m in keys.items() if k.optimizer != "muon"}, grids, db_path, run, rules)
+    muon = {k: m for k, m in keys.items() if k.optimizer == "muon"}
+    at = {k: replace(k, adamw_lr=_adamw_lr(k, chosen)) for k in muon}  # the runs' own configuration
+    grids |= {at[k]: grids[k] for k in muon}
+    found = _tuned({at[k]: m for k, m in muon.items()}, grids, db_path, run, rules)
+    for k in muon:
+        grids[k], chosen[k] = grids[at[k]], found[at[k]]
+    return _widened(keys, grids, chosen, at, db_path, run, rules)
+
+
+def _adamw_lr(key: RunConfig, chosen: dict[RunConfig, Tuned]) -> float | None:
+    """The rate chosen for AdamW on a Muon key's model and update (None: AdamW's default, none trained)."""
+    return chosen[replace(key, optimizer="adamw", adamw_lr=None)].lr
+
+
+def _widened(keys, grids, chosen, at, db_path, run, rules: Rules) -> dict[RunConfig, Tuned]:
+    """Every optimizer of one model and update widened to as many rates as the one that tried most, a step
+    beyond alternate ends (the top first): no optimizer gets more tries at a lucky rate than another."""
+    width: dict[RunConfig, int] = {}
+    for k in keys:
+        peers = replace(k, optimizer="", adamw_lr=None)
+        width[peers] = max(width.get(peers, 0), len(grids[k]))
+    factors = rules.protocol["tuning"]["factors"]
+    step = factors[1] / factors[0]
+    while more := {
+        k: grid
+        for k in keys
+        if len(grid := grids[k]) < width[replace(k, optimizer="", adamw_lr=None)] and chosen[k].lr is not None
+    }:
+        added = {}
+        for k, grid in more.items():
+            up = len(grid) % 2 == len(rates(k, rules)) % 2  # alternate: above the top, then below the bottom
+            added[k] = float(f"{max(grid) * step:.3g}") if up else float(f"{min(grid) / step:.3g}")
+        run([GridCell(replace(at.get(k, k), lr=lr), keys[k]) for k, lr in added.items()])
+        for k, lr in added.items():
+            grids[k] = tuple(sorted((*grids[k], lr)))
+            chosen[k] = _choose(at.get(k, k), grids[k], db_path)
     return chosen
 
 

@@ -181,13 +181,12 @@ def site_context(
 
 def transfer_row(t: Transfer) -> dict:
     """One family × metric of the scale section, as the page shows it."""
-    lo, hi = t.interval
     return dict(
         family=t.family,
         metric=t.metric,
         sizes=f"{params_text(t.smaller.n_params)} → {params_text(t.larger.n_params)}",
         configurations=t.configurations,
-        tau=f"{t.tau:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+        tau=t.tau_text,
         pick="held" if t.held else f"moved: {t.pick_smaller} → {t.pick_larger}",
     )
 

@@ -51,6 +51,8 @@ def reading_text(t: dict) -> str:
     """'equivalent (±1 %)', 'undecided (7 seeds would decide)', 'different': what a tie with the pick means."""
     if t.get("reading") == "equivalent":
         return f"equivalent (within ±{100 * t['margin_relative']:g} %)"
+    if t.get("reading") == "different" and t.get("within_margin"):
+        return f"different, though within ±{100 * t['margin_relative']:g} %"
     if t.get("reading") == "undecided":
         n = t.get("seeds_needed")
         if n is None:
@@ -317,9 +319,12 @@ def tie_readings(tests: list[dict]) -> str:
     """'1 equivalent within ±1 %, 2 undecided (up to 27 seeds per side would decide)': what the ties mean."""
     equivalent = [t for t in tests if t.get("reading") == "equivalent"]
     undecided = [t for t in tests if t.get("reading") == "undecided"]
+    small = [t for t in tests if t.get("reading") == "different"]  # separated, inside the tie tolerance
     parts = []
     if equivalent:
         parts.append(f"{len(equivalent)} equivalent within ±{100 * equivalent[0]['margin_relative']:g} %")
+    if small:
+        parts.append(f"{len(small)} different but within the tie tolerance (the tie-break decides)")
     if undecided:
         needs = [t["seeds_needed"] for t in undecided if t.get("seeds_needed")]
         most = max(needs, default=0)
@@ -588,13 +593,12 @@ def transfer_view(found: list, family: str | None) -> RenderableType:
     for col in ("family", "metric", "parameters", "configurations", "Kendall τ-b [95 %]", "pick"):
         table.add_column(col, justify="right" if col in ("configurations",) else "left")
     for t in found:
-        lo, hi = t.interval
         table.add_row(
             t.family,
             t.metric,
             f"{params_text(t.smaller.n_params)} → {params_text(t.larger.n_params)}",
             str(t.configurations),
-            f"{t.tau:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+            t.tau_text,
             "[green]held[/]" if t.held else f"[yellow]{t.pick_smaller} → {t.pick_larger}[/]",
         )
     note = (

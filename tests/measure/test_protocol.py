@@ -221,8 +221,9 @@ def fake_tuning(db, best: dict[str, float], tried: list):
         runs = []
         for c in cells:
             cfg = replace(c.config.resolved(), device=resolve_device(c.config.device))
-            tried.append((cfg.strategy, cfg.lr))
-            loss = 1.0 + (math.log10(cfg.lr) - math.log10(best[cfg.strategy])) ** 2
+            tried.append((cfg.strategy, cfg.lr) if len(best) < 3 else (cfg.optimizer, cfg.lr, cfg.adamw_lr))
+            at = best.get(cfg.optimizer, best.get(cfg.strategy))  # by optimizer where given, else strategy
+            loss = 1.0 + (math.log10(cfg.lr) - math.log10(at)) ** 2
             runs.append(
                 dict(
                     source=TUNING_SOURCE,
@@ -263,6 +264,33 @@ def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_in
     assert len(tried) == 5 + 3  # the grid, two steps up to the best, and one past it to see it is
     assert chosen.lr == pytest.approx(best, rel=0.01) and not chosen.at_edge
     assert tuned_cell.config.lr == chosen.lr and max(tuned_cell.config.lr_grid) > chosen.lr
+
+
+def test_every_optimizer_tries_as_many_rates_and_muons_adamw_part_takes_adamws_rate(tmp_path):
+    """Muon's best lies two steps above its grid (extended to 8 rates), AdamW's inside (5): AdamW is widened
+    to 8 too, alternately above and below, and Muon's runs train their AdamW part at AdamW's choice."""
+    from advisor.measuring.config import GridCell
+    from advisor.measuring.tuning import rates, tune, tuning_key
+
+    db = tmp_path / "tuning.sqlite"
+    cells = [
+        GridCell(RunConfig(model="llama", preset="tiny", optimizer=o, device="cpu"), ref("llama"))
+        for o in ("muon", "adamw")
+    ]
+    muon_grid = rates(tuning_key(cells[0].config, RULES), RULES)
+    adamw_grid = rates(tuning_key(cells[1].config, RULES), RULES)
+    tried = []
+    best = {"muon": max(muon_grid) * 10, "adamw": adamw_grid[1], "unused": 1.0}
+    (muon, adamw), chosen = tune(cells, db, fake_tuning(db, best, tried), RULES)
+    by = {t.optimizer: t for t in chosen}
+    assert len(by["muon"].tried) == len(by["adamw"].tried) == 8  # one width for both
+    assert by["adamw"].lr == adamw_grid[1] and by["muon"].lr == pytest.approx(best["muon"], rel=0.01)
+    widened = sorted(lr for o, lr, _ in tried if o == "adamw")
+    assert widened[0] < min(adamw_grid) and widened[-1] > max(adamw_grid)  # both ends
+    assert {a for o, _, a in tried if o == "muon"} == {by["adamw"].lr}  # Muon's AdamW part at AdamW's rate
+    assert {a for o, _, a in tried if o == "adamw"} == {None}
+    assert muon.config.adamw_lr == by["adamw"].lr and adamw.config.adamw_lr is None
+    assert "adamw_lr" in muon.config.as_dict() and "adamw_lr" not in adamw.config.as_dict()
 
 
 def test_accumulation_is_tuned_at_its_own_batch_from_the_plain_steps_choice(tmp_path):
