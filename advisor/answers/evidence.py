@@ -21,6 +21,7 @@ from advisor.kb.reader import (
     group_pairs,
     group_ref,
     groups_measuring,
+    rate_choice,
 )
 from advisor.rules import Rules
 
@@ -419,6 +420,28 @@ class GroupEvidence:
                     f"diverged: its loss ended at {stat.mean:.4g}, above where it started ({start:.4g})"
                 )
         return out
+
+    def rate_tie(self, cell: Cell, metric: str) -> str | None:
+        """Where --tune-lr chose the cell's rate by less than the noise of one run (the runner-up rate's
+        held-out loss within the cell's seed spread of the chosen one's): a sentence saying so; else None. A
+        comparison on `metric` that rests on that choice holds at one of two rates the evidence cannot tell
+        apart."""
+        stat = self.stat(cell, metric)
+        if stat is None or stat.spread is None:
+            return None
+        tuning = self.rules.protocol["tuning"]
+        tuned_with = tuning.get("with", {}).get(cell.strategy, tuning["strategy"])
+        lr, tried = rate_choice(self.conn, self.group, cell.optimizer, cell.strategy, tuned_with)
+        if lr is None or lr not in tried or len(tried) < 2:
+            return None
+        runner_up = min((r for r in tried if r != lr), key=lambda r: tried[r])
+        gap = tried[runner_up] - tried[lr]
+        if gap >= stat.spread:
+            return None
+        return (
+            f"{cell.name}'s rate {lr:g} beat {runner_up:g} by {gap / abs(tried[lr]):.2%} on the tuning seed, "
+            f"within one run's spread ({stat.spread / abs(stat.mean):.1%})"
+        )
 
     def declared(self) -> dict[tuple[str, str], str]:
         """Configurations their own source calls unusable (rules: the divergence filter's `declared`): the rule

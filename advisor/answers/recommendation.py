@@ -495,7 +495,8 @@ def _tests_against_best(
         test |= reading(
             ev.rules, metric, cmp, stat, best_stat, not tied, multiplier.get(i, 1), holm_separated
         )
-        out.append((test, tied))
+        _unless_at_both_rates(ev, metric, test, best_cell, cell)
+        out.append((test, tied or "rate_tie" in test))  # a separation at one rate of two is no separation
     return out
 
 
@@ -551,6 +552,18 @@ def reading(
     return out
 
 
+def _unless_at_both_rates(ev: GroupEvidence, metric: Metric, test: dict, *cells: Cell) -> None:
+    """A quality difference read 'different' is 'undecided' where a side's tuned rate won by less than the
+    noise: it holds at one of two rates the evidence cannot tell apart (`rate_tie` says which and by how much;
+    measuring that side at its runner-up rate with seeds decides it)."""
+    quality = ev.rules.flowchart["filters"]["divergence"]["applies_to"]  # the metrics a rate's choice moves
+    if test.get("reading") != "different" or metric.name not in quality:
+        return
+    ties = [t for c in cells if (t := ev.rate_tie(c, metric.name))]
+    if ties:
+        test["reading"], test["rate_tie"] = "undecided", "; ".join(ties)
+
+
 def _tie_break_test(ev: GroupEvidence, metric: Metric, best: Cell, cell: Cell, alpha: float) -> dict | None:
     """Where two configurations are practically equal on the metric (checkpointing's loss is standard's,
     by construction), the first tie-break metric on which the pick is significantly better, with its test:
@@ -573,6 +586,7 @@ def _pick_test(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]
     out = _test_dict(cmp, runner_up["p_holm"], best_stat, stat, cell.name, runner_up["within_tolerance"])
     out["decided_by"] = runner_up.get("decided_by")
     out |= {k: runner_up[k] for k in ("reading", "margin", "margin_relative", "seeds_needed", "exact")}
+    out |= {k: runner_up[k] for k in ("rate_tie", "within_margin") if k in runner_up}
     lo_hi = runner_up["interval90"]
     out["interval90"] = [-lo_hi[1], -lo_hi[0]] if lo_hi else None  # the same interval, from the pick's side
     return out

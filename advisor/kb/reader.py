@@ -546,6 +546,29 @@ def speed_calibrations(conn: sqlite3.Connection) -> dict[str, dict]:
     return out
 
 
+def rate_choice(
+    conn: sqlite3.Connection, group: Group, optimizer: str, strategy: str, tuned_with: str
+) -> tuple[float | None, dict[float, float]]:
+    """(the rate a configuration's ok runs trained at, {rate: held-out loss} of the --tune-lr runs that chose
+    it: the same model, preset and optimizer, tuned with `tuned_with`); (None, {}) where it was not tuned."""
+    gid = _group_id(conn, group)
+    chosen = conn.execute(
+        "SELECT json_extract(config, '$.lr'), count(*) AS n FROM runs WHERE grp = ? AND optimizer = ? "
+        "AND strategy = ? AND status = 'ok' AND json_extract(config, '$.lr_grid') IS NOT NULL "
+        "GROUP BY 1 ORDER BY n DESC LIMIT 1",
+        [gid, optimizer, strategy],
+    ).fetchone()
+    if chosen is None or not isinstance(chosen[0], int | float):
+        return None, {}
+    tried = conn.execute(
+        "SELECT json_extract(r.config, '$.lr'), m.value FROM runs r JOIN metrics m ON m.run_id = r.id "
+        "AND m.name = 'eval_loss' WHERE r.source = 'measured:tuning' AND r.status = 'ok' AND r.model = ? "
+        "AND r.preset = ? AND r.optimizer = ? AND r.strategy = ?",  # a tuning loss holds on any host (lease.PORTABLE)
+        [group.model, group.preset, optimizer, tuned_with],
+    ).fetchall()
+    return float(chosen[0]), {float(lr): v for lr, v in tried if isinstance(lr, int | float)}
+
+
 def tuned_rates(conn: sqlite3.Connection, model: str, preset: str, config_hash: str) -> dict:
     """{(optimizer, 'full' | 'lora', accumulating): (lr, runs, effective batch)} that --tune-lr chose for a
     model's measured runs (those that record the grid of rates they were chosen from): by its config's hash,

@@ -53,6 +53,8 @@ def reading_text(t: dict) -> str:
         return f"equivalent (within ±{100 * t['margin_relative']:g} %)"
     if t.get("reading") == "different" and t.get("within_margin"):
         return f"different, though within ±{100 * t['margin_relative']:g} %"
+    if t.get("reading") == "undecided" and t.get("rate_tie"):
+        return f"undecided (it holds at one of two rates: {t['rate_tie']})"
     if t.get("reading") == "undecided":
         n = t.get("seeds_needed")
         if n is None:

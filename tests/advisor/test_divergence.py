@@ -85,7 +85,9 @@ def test_a_flagged_time_pick_names_an_alternative_that_trained(invoke, kb, tmp_p
     write_runs(db, [run("adagrad", s, 5.6, 7.0, 0.1) for s in range(3)])  # fastest of all, and it got worse
     db.close()
     time = answer(invoke, kb, "time")
-    assert time["recommendation"]["optimizer"] == "adagrad" and "did not train" in time["recommendation"]["flag"]
+    assert (
+        time["recommendation"]["optimizer"] == "adagrad" and "did not train" in time["recommendation"]["flag"]
+    )
     assert time["safe_alternative"]["optimizer"] == "sgd"
 
 
@@ -93,8 +95,12 @@ def test_the_papers_own_verdict_stands_for_its_figures(invoke):
     """Published figures carry no trajectory: the paper's words on CGD on Llama are the rule, for every answer."""
     for metric in ("loss", "memory", "time"):
         out = json.loads(
-            invoke("recommend", "--arch", "decoder", "--source", "paper", "--optimize", metric, "--json").output
+            invoke(
+                "recommend", "--arch", "decoder", "--source", "paper", "--optimize", metric, "--json"
+            ).output
         )
         reasons = {e["strategy"]: e["reason"] for e in out["excluded"] if e["optimizer"] == "cgd"}
         assert set(reasons) == {"standard", "checkpointing", "accumulation"}, metric
-        assert all(r.startswith("diverged, in its source's own words: the paper calls") for r in reasons.values())
+        assert all(
+            r.startswith("diverged, in its source's own words: the paper calls") for r in reasons.values()
+        )
