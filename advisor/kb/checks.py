@@ -25,32 +25,41 @@ MOST_CHECKS_BYTES = 64 << 10  # a checks file larger than this is not read
 # A file written this recently is not remembered: a write within the same tick of the file system's clock
 # may leave its size and times as they were (git's "racy clean"); 2 s covers the coarsest (FAT's).
 STILL_NS = 2_000_000_000
+# A WAL is keyed by its content (a digest), which no one can restore by setting times back; one larger than
+# this is not remembered (its file is checked in full on every read instead of hashed on every read).
+MOST_WAL_BYTES = 64 << 20
 
 
 def file_version(path: Path) -> dict | None:
     """What identifies this version of a KB file, as the checks file keeps it: its resolved path; its
     device, inode, size, mtime and ctime (which no user call sets); its WAL's (where committed writes wait)
-    device, inode, size and mtime, not ctime, which SQLite itself moves as it opens the WAL; and the check
-    (`checker`). None where it cannot be told: a stat that fails, or a file written in the last STILL_NS."""
+    size and the digest of its content: its times can be set back and its ctime moves as SQLite opens it,
+    its bytes cannot be forged unseen; and the check (`checker`). None where it cannot be told: a stat that
+    fails, a file written in the last STILL_NS, or a WAL over MOST_WAL_BYTES."""
     try:
         resolved = path.resolve()
-        main, wal = os.stat(resolved), _stat_or_none(Path(f"{resolved}-wal"))
+        main, wal = os.stat(resolved), _wal_content(Path(f"{resolved}-wal"))
         check = checker()
-    except (OSError, RuntimeError):  # RuntimeError: a loop of links
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a loop of links; ValueError: a WAL too large
         return None
-    if time.time_ns() - max(main.st_mtime_ns, main.st_ctime_ns, wal.st_mtime_ns if wal else 0) < STILL_NS:
+    if time.time_ns() - max(main.st_mtime_ns, main.st_ctime_ns) < STILL_NS:
         return None
     return {
         "path": str(resolved),
         "file": [main.st_dev, main.st_ino, main.st_size, main.st_mtime_ns, main.st_ctime_ns],
-        "wal": None if wal is None else [wal.st_dev, wal.st_ino, wal.st_size, wal.st_mtime_ns],
+        "wal": wal,
         "checker": check,
     }
 
 
-def _stat_or_none(path: Path) -> os.stat_result | None:
+def _wal_content(path: Path) -> list | None:
+    """[size, sha256 of the bytes] of a KB's WAL, None where it has none; ValueError for one too large."""
     try:
-        return os.stat(path)
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MOST_WAL_BYTES:
+                raise ValueError(f"{path} holds {size} bytes")
+            return [size, hashlib.file_digest(f, "sha256").hexdigest()]
     except FileNotFoundError:
         return None
 

@@ -5,6 +5,7 @@ import json
 import os
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -363,6 +364,48 @@ def test_writes_waiting_in_the_wal_are_a_new_version(invoke, no_db, checks):
     result = invoke("recommend", "--arch", "vit")
     assert result.exit_code == 1 and "seed = -5" in result.output and len(checks) == 2
     writer.close()
+
+
+def _wal_after(kb, seed: int, into) -> tuple[bytes, bytes]:
+    """(the KB file, its WAL) of a copy of `kb` whose writer committed `UPDATE runs SET seed = <seed>` into the
+    WAL and has not checkpointed it: read while the writer holds it open."""
+    into.write_bytes(kb.read_bytes())
+    writer = sqlite3.connect(into, isolation_level=None)
+    assert writer.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute(f"UPDATE runs SET seed = {seed} WHERE id = 1")
+    out = into.read_bytes(), Path(f"{into}-wal").read_bytes()
+    writer.close()
+    return out
+
+
+def test_a_forged_wal_of_the_same_size_and_times_is_checked_again(invoke, no_db, checks, tmp_path):
+    """The attack: a passed KB with writes waiting in its WAL; the WAL's frames rewritten at the same size,
+    its times set back, the -shm removed. The WAL is keyed by its content: the forged rows are checked."""
+    good_db, good_wal = _wal_after(no_db, 1, tmp_path / "good.sqlite")
+    _, forged_wal = _wal_after(no_db, -5, tmp_path / "forged.sqlite")
+    assert len(good_wal) == len(forged_wal)
+    wal = Path(f"{no_db}-wal")
+    no_db.write_bytes(good_db)
+    wal.write_bytes(good_wal)
+    time.sleep(STILL_S * 2)
+    assert answers(invoke) and answers(invoke) and len(checks) == 1  # passed, remembered
+    stamp = wal.stat()
+    wal.write_bytes(forged_wal)
+    os.utime(wal, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    Path(f"{no_db}-shm").unlink(missing_ok=True)
+    assert wal.stat().st_size == stamp.st_size and wal.stat().st_mtime_ns == stamp.st_mtime_ns
+    result = invoke("recommend", "--arch", "vit")
+    assert result.exit_code == 1 and "seed = -5" in result.output and len(checks) == 2
+
+
+def test_a_wal_too_large_to_hash_is_checked_on_every_read(invoke, no_db, checks, monkeypatch, tmp_path):
+    db, wal = _wal_after(no_db, 1, tmp_path / "copy.sqlite")
+    no_db.write_bytes(db)
+    Path(f"{no_db}-wal").write_bytes(wal)
+    monkeypatch.setattr(remembered, "MOST_WAL_BYTES", len(wal) - 1)
+    time.sleep(STILL_S * 2)
+    assert answers(invoke) and answers(invoke) and len(checks) == 2 and not remembered.checks_path().exists()
 
 
 def test_a_file_written_just_now_is_checked_on_every_read(invoke, no_db, checks, monkeypatch):
