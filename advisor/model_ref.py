@@ -241,21 +241,6 @@ def shipped_model(name: str) -> tuple[str, Path] | None:
     return (found, shipped_models_dir() / found / "config.json") if found else None
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hub's host answers at all: a machine without a route fails in seconds, not after
-    huggingface_hub's minute of retries."""
-    import socket  # the network path only
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (80 if url.scheme == "http" else 443)
-    try:
-        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def _hub_config(repo_id: str, rules: Rules) -> Path:
     """config.json of a Hub id, fetched alone (no weights) when online; else ModelNotResolved with the
     command that fetches it."""
@@ -288,35 +273,9 @@ def _hub_config(repo_id: str, rules: Rules) -> Path:
             f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: fetch its config "
             f"alone with `{fetch}` (online), or pass a folder that holds its config.json."
         )
-    try:
-        from huggingface_hub import hf_hub_download  # the network, only for an id nothing local has
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-    except ImportError as e:
-        raise ModelNotResolved(
-            f"{repo_id}: fetching a config needs huggingface_hub (pip install huggingface_hub)."
-        ) from e
-    if not _hub_reachable():
-        raise ModelNotResolved(
-            f"{repo_id} is not in the local Hugging Face cache and the Hub is not reachable from here: fetch its "
-            f"config alone with `{fetch}` where it is, or pass a folder that holds its config.json."
-        )
-    import logging  # the network path only
+    from advisor.hub import fetch_config  # the network, only for an id nothing local has
 
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retries are ours to report, once
-    try:
-        return Path(hf_hub_download(repo_id, "config.json", etag_timeout=10))
-    except GatedRepoError as e:
-        raise ModelNotResolved(
-            f"{repo_id} is gated on the Hub: accept its licence on huggingface.co, log in (`hf auth login`) "
-            "and ask again, or pass a folder that holds its config.json."
-        ) from e
-    except RepositoryNotFoundError as e:
-        raise ModelNotResolved(f"{repo_id} is not a model on the Hugging Face Hub (or it is private).") from e
-    except Exception as e:  # no network, a timeout, a proxy: one sentence, the way to do it by hand
-        raise ModelNotResolved(
-            f"cannot fetch {repo_id}'s config.json from the Hub ({type(e).__name__}): run `{fetch}` where the "
-            "Hub is reachable, or pass a folder that holds its config.json."
-        ) from e
+    return fetch_config(repo_id)
 
 
 def _local_config(name: str) -> Path | None:
@@ -332,10 +291,9 @@ def _cached_config(repo_id: str) -> Path | None:
     """config.json of an HF id in the hub cache (the layout huggingface_hub writes), newest snapshot first."""
     if repo_id.count("/") != 1:
         return None
-    hub = Path(
-        os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-    )
-    snapshots = hub.expanduser() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    from advisor.hub import cache_dir
+
+    snapshots = cache_dir() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
     if not snapshots.is_dir():
         return None
     configs = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)

@@ -91,8 +91,8 @@ def test_list_models_names_every_shipped_model(invoke):
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):
-    """The Hugging Face Hub's file endpoint (HEAD then GET of /{repo}/resolve/main/{file}), for one
-    config.json: what huggingface_hub's hf_hub_download speaks, on this machine."""
+    """The Hugging Face Hub's file endpoint (GET of /{repo}/resolve/main/{file}, its commit in X-Repo-Commit),
+    for one config.json, on this machine."""
 
     body = json.dumps(json.loads(shipped_model("qwen2.5-0.5b")[1].read_text())).encode()
     asked: list[str] = []
@@ -144,7 +144,4 @@ def test_a_hub_id_fetches_its_config_alone_when_online_then_answers_offline(tmp_
     finally:
         server.shutdown()
     fetched = [a for a in _Hub.asked if "/resolve/" in a]
-    assert fetched == [
-        "HEAD /someorg/small-qwen/resolve/main/config.json",
-        "GET /someorg/small-qwen/resolve/main/config.json",
-    ]
+    assert fetched == ["GET /someorg/small-qwen/resolve/main/config.json"]  # once, then the cache
