@@ -192,20 +192,15 @@ def _family_by_class(config: dict, rules: Rules) -> FamilyRecord | None:
 
 
 def read_config(path: Path) -> dict:
-    """A config.json as a dict, or ModelNotResolved with a sentence (unreadable, not UTF-8, not JSON, not an object)."""
+    """A config.json as a dict, its numbers and depth checked (advisor.model_config), or ModelNotResolved
+    with a sentence: unreadable, not UTF-8, not JSON, not an object, a bad size naming its key."""
+    from advisor.model_config import parse
+
     try:
-        config = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = Path(path).read_bytes()
     except OSError as e:
         raise ModelNotResolved(f"cannot read {path}: {e.strerror or e}.") from e
-    except UnicodeDecodeError as e:
-        raise ModelNotResolved(f"{path} is not UTF-8 text, so not a config.json.") from e
-    except json.JSONDecodeError as e:
-        raise ModelNotResolved(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from e
-    if not isinstance(config, dict):
-        raise ModelNotResolved(
-            f"{path} holds a JSON {type(config).__name__}, not a model config (an object)."
-        )
-    return config
+    return parse(data, path)
 
 
 def config_path_of(name: str) -> Path | None:

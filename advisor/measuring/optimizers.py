@@ -101,8 +101,11 @@ def make_optimizer(
         "sgd-momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, **impl),
         "adam": lambda: torch.optim.Adam(params, lr=lr, **fused),
         "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY, **fused),
+        # torch's single-tensor NAdam, traced too: its foreach step computes bias corrections as Python
+        # floats from each step count, which fake tensors cannot give; the state is the same, the temporaries
+        # per parameter (a CUDA run's default foreach step holds them for every parameter at once)
         "nadamw": lambda: torch.optim.NAdam(
-            params, lr=lr, weight_decay=WEIGHT_DECAY, decoupled_weight_decay=True, **impl
+            params, lr=lr, weight_decay=WEIGHT_DECAY, decoupled_weight_decay=True, foreach=False
         ),
         "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, **impl),
         "adadelta": lambda: torch.optim.Adadelta(params, lr=lr, **impl),

@@ -733,7 +733,8 @@ def _stage(piece: tuple[int, int]) -> tuple[int, dict, float]:
         traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
     except InputError:
         raise
-    except (ValueError, NotImplementedError, RuntimeError, TypeError, AttributeError) as e:
+    except (ValueError, NotImplementedError, RuntimeError, TypeError, AttributeError, AssertionError) as e:
+        # AssertionError: what a library asserts of its inputs (torch's optimizers of their devices)
         raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
     return index, {c: traced[(c.optimizer, c.strategy)] for c in group}, time.perf_counter() - start
 

@@ -1,0 +1,155 @@
+"""A model's config.json read as untrusted input: parsed, and its numbers and depth checked once, where it is
+read (advisor.model_ref.read_config), so that no later step (a family's builder, the tracer, transformers
+itself) meets a size of zero, a NaN, a string where a count belongs or nesting deep enough to exhaust
+Python's stack. Each bad value is one sentence naming its key."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from advisor.errors import ModelNotResolved
+
+MOST_DEPTH = 16  # configs nest a few levels (text_config, rope_scaling, quantization_config); 16 is plenty
+MOST_SIZE = 2**31 - 1
+# The counts and sizes a model is built from, wherever they appear (the top level or a sub-config such as
+# text_config and vision_config): each a whole number of at least 1, or null where transformers takes null.
+SIZES = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_embd",
+    "n_head",
+    "n_layer",
+    "n_inner",
+    "n_positions",
+    "d_model",
+    "num_layers",
+    "num_heads",
+    "patch_size",
+    "num_channels",
+    "num_local_experts",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+)
+SIZE_LISTS = ("image_size",)  # a whole number, or a list of them ([height, width])
+# RoPE variants transformers builds (transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS, and the plain
+# one): listed here because importing transformers costs seconds on the answer path; a test compares them.
+ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "proportional", "yarn")
+
+
+def parse(data: bytes, path: Path) -> dict:
+    """The config as a dict, or ModelNotResolved: not UTF-8, not JSON, NaN or Infinity, nested too deep, not
+    an object."""
+    try:
+        config = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise ModelNotResolved(f"{path} is not UTF-8 text, so not a config.json.") from e
+    except RecursionError as e:
+        raise ModelNotResolved(f"{path} is nested too deeply to be a model config.") from e
+    except json.JSONDecodeError as e:
+        raise ModelNotResolved(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from e
+    except ValueError as e:  # _no_constant: NaN, Infinity
+        raise ModelNotResolved(f"{path} holds {e}, which no model config holds.") from e
+    if not isinstance(config, dict):
+        raise ModelNotResolved(
+            f"{path} holds a JSON {type(config).__name__}, not a model config (an object)."
+        )
+    check(config, path)
+    return config
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
+def check(config: dict, path: Path) -> None:
+    """Its depth, then every size of it and of its sub-configs, then their shapes and its RoPE type."""
+    _depth(config, path)
+    for where, sub in _configs(config):
+        for key in SIZES:
+            if key in sub and sub[key] is not None:
+                _whole(sub[key], f"{where}{key}", path)
+        for key in SIZE_LISTS:
+            value = sub.get(key)
+            for item in value if isinstance(value, list) else [value] if value is not None else []:
+                _whole(item, f"{where}{key}", path)
+        _shapes(sub, where, path)
+    _rope(config, path)
+
+
+def _configs(config: dict, where: str = "") -> list[tuple[str, dict]]:
+    """The config and every sub-config in it (any object under a key ending in _config), with its key path."""
+    out = [(where, config)]
+    for key, value in config.items():
+        if isinstance(value, dict) and key.endswith("_config"):
+            out += _configs(value, f"{where}{key}.")
+    return out
+
+
+def _depth(config: dict, path: Path) -> None:
+    """Nesting beyond MOST_DEPTH, found without recursion (the check must not be what overflows)."""
+    stack = [(config, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MOST_DEPTH:
+            raise ModelNotResolved(
+                f"{path} nests {MOST_DEPTH} levels deep and more: no model config does; pass the model's own "
+                "config.json."
+            )
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
+
+
+def _whole(value, key: str, path: Path) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MOST_SIZE:
+        shown = json.dumps(value)[:40]
+        raise ModelNotResolved(
+            f"{path}: {key} is {shown}; it must be a whole number of at least 1 (a count or a size)."
+        )
+
+
+def _shapes(sub: dict, where: str, path: Path) -> None:
+    """Heads that divide the width (where no head_dim says otherwise), and key-value heads that divide the
+    heads: what every attention layer assumes."""
+    hidden, heads = sub.get("hidden_size"), sub.get("num_attention_heads")
+    kv = sub.get("num_key_value_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and sub.get("head_dim") is None and hidden % heads:
+        raise ModelNotResolved(
+            f"{path}: {where}hidden_size {hidden} is not a multiple of {where}num_attention_heads {heads}, and "
+            "no head_dim is given: no attention layer can be built from it."
+        )
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+        raise ModelNotResolved(
+            f"{path}: {where}num_attention_heads {heads} is not a multiple of {where}num_key_value_heads {kv}."
+        )
+
+
+def _rope(config: dict, path: Path) -> None:
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = config.get(key)
+        if not isinstance(rope, dict):
+            continue
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind is not None and kind not in ROPE_TYPES:
+            shown = json.dumps(kind)[:40]
+            raise ModelNotResolved(
+                f"{path}: {key}.rope_type is {shown}, not one transformers builds ({', '.join(ROPE_TYPES)})."
+            )
+        factor = rope.get("factor")
+        if factor is not None and (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not math.isfinite(factor)
+            or factor <= 0
+        ):
+            raise ModelNotResolved(
+                f"{path}: {key}.factor is {json.dumps(factor)[:40]}; it must be a positive number."
+            )
