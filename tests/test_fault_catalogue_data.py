@@ -108,8 +108,53 @@ def write(name: str, content: bytes):
 
 
 GOOD_ROWS = [f"Document {i}: the cat sat on the mat." for i in range(30)]
+
+
+def card_folder(root: Path, data_files: str) -> Path:
+    """A text folder whose dataset card points its data_files at `data_files` (the corpus beside it kept)."""
+    outside = root / "outside.jsonl"
+    outside.write_text("".join(json.dumps({"text": f"secret row {i}"}) + "\n" for i in range(40)))
+    folder = root / "corpus"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(40)))
+    pattern = data_files.format(outside=outside)
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: default\n  data_files: {pattern}\n---\n"
+    )
+    return folder
+
+
+def linked_folder(root: Path) -> Path:
+    folder = root / "corpus"
+    folder.mkdir()
+    (root / "elsewhere.jsonl").write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(40)))
+    (folder / "train.jsonl").symlink_to(root / "elsewhere.jsonl")
+    return folder
+
+
 CASES = {
     # name: (model, builder(tmp) -> the --data path, words the sentence must hold)
+    "a card reading an absolute path": (
+        "llama",
+        lambda t: card_folder(t, "{outside}"),
+        "points its data_files at",
+    ),
+    "a card reading up and out": (
+        "llama",
+        lambda t: card_folder(t, "../outside.jsonl"),
+        "outside the folder",
+    ),
+    "a card reading a URL": (
+        "llama",
+        lambda t: card_folder(t, "https://example.com/data.jsonl"),
+        "outside the folder",
+    ),
+    "a card reading a split outside": (
+        "llama",
+        lambda t: card_folder(t, "\n    train: ../outside.jsonl"),
+        "outside the folder",
+    ),
+    "a file linked from outside": ("llama", linked_folder, "links to a file outside the folder"),
     "not an image": (
         "vit",
         lambda t: image_folder(t / "pics", b"<html>not an image</html>"),

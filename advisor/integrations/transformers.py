@@ -81,7 +81,11 @@ class AdvisorCallback(TrainerCallback):
     """Records the Trainer run it is attached to into a KB (default: the user's; `db`: another)."""
 
     def __init__(self, db: str | os.PathLike | None = None, model_name: str | None = None):
-        self.path = Path(resolve_write_path(db))
+        try:
+            self.path = Path(resolve_write_path(db))
+            self.refused: str | None = None  # why no run can be recorded: said once, training goes on
+        except (KBError, OSError) as e:  # the shipped KB named, or a data folder that cannot be made
+            self.path, self.refused = Path(db or "."), str(e)
         self.alone = bool(db or os.environ.get("ADVISOR_DB"))  # read alone, as `advisor --db` reads it
         self.main = True  # the main process (rank 0): the one that prints
         self.run: dict = {}
@@ -115,25 +119,45 @@ class AdvisorCallback(TrainerCallback):
         run = describe_run(args, model, optimizer, loader, self.model_name, self.rules)
         self.run, self.main, self.pid, self.state = run, state.is_world_process_zero, os.getpid(), state
         self.losses, self.eval_loss, self.logs, self.samples_per_s = [], None, 0, None
-        self.conn = store.open_for_writing(self.path)
-        lease.mark_crashed(self.conn, pid_alive)
-        with store.transaction(self.conn):
-            self.run_id = store.insert_run(
-                self.conn,
-                {
-                    **run,
-                    "status": "running",
-                    "started_at": store.now(),
-                    "lease_until": store.later(lease.LEASE_S),
-                    "owner": f"{socket.gethostname()}:{os.getpid()}",
-                },
-            )
-        self.heartbeat = lease.Heartbeat(self.path).__enter__()
-        self.heartbeat.hold(self.run_id)
+        if not self._begin_run(run):
+            return  # nothing is recorded; every later event finds no open run
         # watched when called from Trainer.train (as the Trainer calls it), not when called by hand
         self.watch = TrainWatch(frame, self._train_left) if frame is not None else None
         self.started = self.logged_at = time.perf_counter()
         _reset_cuda_peak()
+
+    def _begin_run(self, run: dict) -> bool:
+        """The run claimed `running` in the KB with its lease held; False (said once, in words that fit a
+        script) where the KB cannot take it: read-only, full, not a KB. The callback never stops training."""
+        try:
+            if self.refused:
+                raise KBError(self.refused)
+            self.conn = store.open_for_writing(self.path)
+            lease.mark_crashed(self.conn, pid_alive)
+            with store.transaction(self.conn):
+                self.run_id = store.insert_run(
+                    self.conn,
+                    {
+                        **run,
+                        "status": "running",
+                        "started_at": store.now(),
+                        "lease_until": store.later(lease.LEASE_S),
+                        "owner": f"{socket.gethostname()}:{os.getpid()}",
+                    },
+                )
+            self.heartbeat = lease.Heartbeat(self.path).__enter__()
+            self.heartbeat.hold(self.run_id)
+            return True
+        except (KBError, sqlite3.Error, OSError) as e:
+            reason = _script_words(str(e))
+            self._say_once(
+                f"advisor: this run is not recorded: {reason}. Training goes on; to record runs, give "
+                "AdvisorCallback(db=PATH) a file you can write."
+            )
+            if self.conn is not None:
+                store.release(self.conn)
+            self.conn, self.run_id, self.heartbeat = None, None, None
+            return False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -473,6 +497,15 @@ def figures(losses: list[float], eval_loss: float | None, wall: float, state) ->
         out.append(("gpu_mem_peak_gb", peak, "GB, torch.cuda.max_memory_allocated"))
     out.append(("peak_rss_gb", _peak_rss_gb(), "GB, the process's peak resident set"))
     return out
+
+
+def _script_words(message: str) -> str:
+    """A KB error's sentence as a script's log reads it: up to the command-line advice (--db, `advisor ...`)
+    it goes on with, which a Trainer script cannot follow."""
+    for cut in (": write your own KB", ". Pass --db", ". Pass ", "; pass --db", " --db"):
+        if cut in message:
+            message = message.split(cut)[0]
+    return message.rstrip(". ")
 
 
 def _sequence_length(dataloader) -> int | None:

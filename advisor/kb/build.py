@@ -256,12 +256,13 @@ def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:
     counts = {}
     try:
         with store.writing(tmp) as conn:
-            for setup_path in sorted(src.glob("*/setup.toml")):
-                setup = read_setup(setup_path)
-                runs = read_figures(setup_path.parent / setup["figures"], setup, rules)
-                counts[setup_path.parent.name] = store.write_runs(conn, runs)[0]
-            for runs_path in sorted(src.glob("*.json")):
-                counts[runs_path.name] = store.write_runs(conn, *read_export(runs_path, rules))[0]
+            for item in build_order(src):
+                if item.is_dir():
+                    setup = read_setup(item / "setup.toml")
+                    runs = read_figures(item / setup["figures"], setup, rules)
+                    counts[item.name] = store.write_runs(conn, runs)[0]
+                else:
+                    counts[item.name] = store.write_runs(conn, *read_export(item, rules))[0]
         with sqlite3.connect(tmp, isolation_level=None) as conn:  # one self-contained, compact file
             conn.execute("VACUUM")
         conn.close()
@@ -270,6 +271,21 @@ def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:
         for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
             leftover.unlink(missing_ok=True)
     return counts
+
+
+ORDER_FILE = "ORDER"  # kb/inputs/ORDER: the inputs in the order their groups are numbered
+
+
+def build_order(src: Path) -> list[Path]:
+    """The inputs (folders with a setup.toml, runs JSON files) in the order a build reads them: as ORDER
+    lists them, then any it does not list (folders, then files, each in name order). Groups are numbered in
+    that order, and people type those numbers (--group 7): a new input is appended to ORDER, never inserted."""
+    found = [p.parent for p in sorted(src.glob("*/setup.toml"))] + sorted(src.glob("*.json"))
+    order_file = src / ORDER_FILE
+    listed = order_file.read_text().split() if order_file.is_file() else []
+    by_name = {p.name: p for p in found}
+    first = [by_name[name] for name in listed if name in by_name]
+    return first + [p for p in found if p.name not in listed]
 
 
 def _check_target(out: Path) -> None:

@@ -239,6 +239,7 @@ def _local(path: Path) -> DataChoice:
         )
     if path.is_dir():
         _one_kind(path)
+        _inside(path)
     try:
         digest = content_hash(path)
     except OSError as e:  # unreadable: permissions, a file removed meanwhile
@@ -265,6 +266,60 @@ def _one_kind(folder: Path) -> None:
             f"{folder.name} mixes {', '.join(sorted(kinds))} files: only one kind would be read. Put one kind "
             "in a folder (an image folder may add a metadata.jsonl), or pass one file."
         )
+
+
+def _inside(folder: Path) -> None:
+    """Refuse a folder that reads data from outside it: a file linked from elsewhere, or a dataset card
+    (README.md) whose `data_files` name an absolute path, a URL or a path up and out. The run's identity is
+    the hash of the folder's own bytes, so what it trains on must be those bytes."""
+    for f in _data_files(folder):
+        if not f.resolve().is_relative_to(folder):
+            raise DataError(
+                f"{folder.name}/{f.relative_to(folder)} links to a file outside the folder: copy the data in, so "
+                "that what the runs train on is what they record."
+            )
+    for pattern in _card_data_files(folder):
+        escapes = ".." in Path(pattern).parts
+        if "://" in pattern or Path(pattern).is_absolute() or escapes or pattern.startswith("~"):
+            raise DataError(
+                f"{folder.name}/README.md points its data_files at {pattern[:80]!r}, outside the folder: name "
+                "files inside it (relative paths), so that what the runs train on is what they record."
+            )
+
+
+def _card_data_files(folder: Path) -> list[str]:
+    """Every data_files pattern of a dataset card's YAML header (configs: [{data_files: ...}]), as text."""
+    card = folder / "README.md"
+    if not card.is_file():
+        return []
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return []
+    import yaml  # datasets' own dependency: the card's header is YAML
+
+    try:
+        header = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except (yaml.YAMLError, IndexError) as e:
+        raise DataError(f"{folder.name}/README.md has a header that is not valid YAML ({e}).") from e
+    configs = header.get("configs") if isinstance(header, dict) else None
+    out: list[str] = []
+
+    def collect(value) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item.get("path") if isinstance(item, dict) else item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif value is not None:
+            out.append(str(value))
+
+    for config in configs if isinstance(configs, list) else []:
+        if isinstance(config, dict):
+            collect(config.get("data_files"))
+    return out
 
 
 def content_hash(path: Path) -> str:

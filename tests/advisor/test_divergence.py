@@ -96,7 +96,14 @@ def test_the_papers_own_verdict_stands_for_its_figures(invoke):
     for metric in ("loss", "memory", "time"):
         out = json.loads(
             invoke(
-                "recommend", "--arch", "decoder", "--source", "paper", "--optimize", metric, "--json"
+                "recommend",
+                "--arch",
+                "decoder",
+                "--source",
+                "paper:2608.08961",
+                "--optimize",
+                metric,
+                "--json",
             ).output
         )
         reasons = {e["strategy"]: e["reason"] for e in out["excluded"] if e["optimizer"] == "cgd"}

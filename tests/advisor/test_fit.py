@@ -446,7 +446,11 @@ def test_recommend_warns_when_the_evidence_model_is_ten_times_off(invoke, tmp_pa
         invoke("recommend", "--model", tiny, "--memory", "8", "--source", "paper", "--json").output
     )
     scale = out["scale"]
-    assert scale["warning"] and "smaller)" in scale["text"] and scale["evidence"] == out["evidence"]["parameters"]
+    assert (
+        scale["warning"]
+        and "smaller)" in scale["text"]
+        and scale["evidence"] == out["evidence"]["parameters"]
+    )
     assert out["evidence"]["source"].startswith("paper:") and scale["evidence"] >= 130_000_000  # the nearest
     assert "need not hold at the other" in scale["text"] and scale["question"] == out["model"]["parameters"]
 

@@ -103,7 +103,9 @@ def test_a_config_over_the_size_cap_is_refused_unread(hub, mode):
     assert "larger than 4 MiB" in said
 
 
-@pytest.mark.parametrize("status, words", [(404, "not a model"), (401, "gated or private"), (500, "HTTP 500")])
+@pytest.mark.parametrize(
+    "status, words", [(404, "not a model"), (401, "gated or private"), (500, "HTTP 500")]
+)
 def test_a_hub_refusal_is_one_sentence(hub, status, words):
     hub(str(status))
     assert words in resolved_within(DEADLINE + 1.5)

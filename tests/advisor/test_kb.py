@@ -69,7 +69,9 @@ def test_paper_figures_carry_provenance(kb_path):
     assert (metric["value"], metric["certainty"]) == (996.59, "stated")
     assert "CGD" in metric["note"]
     n_csv = len((REPO / "kb/inputs/paper-2608.08961/figures.csv").read_text().strip().splitlines()) - 1
-    paper_figures = "SELECT count(*) FROM metrics JOIN runs ON runs.id = run_id WHERE source LIKE 'paper:%'"
+    paper_figures = (
+        "SELECT count(*) FROM metrics JOIN runs ON runs.id = run_id WHERE source = 'paper:2608.08961'"
+    )
     assert conn.execute(paper_figures).fetchone()[0] == n_csv
     # holes are absent rows, never zeros
     assert conn.execute(paper_figures + " AND value = 0").fetchone()[0] == 0
@@ -113,7 +115,7 @@ def test_bad_json_import(tmp_path, invoke):
 
 
 def test_export_csv(invoke):
-    result = invoke("kb", "export", "--format", "csv", "--source", "paper")
+    result = invoke("kb", "export", "--format", "csv", "--source", "paper:2608.08961")
     rows = result.output.strip().splitlines()
     assert rows[0].startswith("source,model,family,optimizer,strategy")
     assert len(rows) == 107
@@ -124,14 +126,18 @@ def test_stats_and_runs(invoke):
     assert {"source": "paper:2608.08961", "runs": 51} in stats["by_source"]
     inputs = Path(__file__).parents[2] / "kb" / "inputs"
     parts = {p: len(json.loads(p.read_text())["runs"]) for p in inputs.glob("measured-cpu-*.json")}
-    assert len(parts) == 6  # the grid at two scales and LoRA's bases, each with its tuning runs
+    assert (
+        len(parts) == 8
+    )  # the grid at two scales, LoRA's bases, Muon re-measured: each with its tuning runs
     grid = sum(n for p, n in parts.items() if not p.name.endswith("-tuning.json"))
     assert {"source": "measured", "runs": grid} in stats["by_source"]  # the reference measurements
     tuning = sum(n for p, n in parts.items() if p.name.endswith("-tuning.json"))
     assert {"source": "measured:tuning", "runs": tuning} in stats["by_source"]  # the rates it tried
     assert set(stats["by_status"]) == {"ok", "diverged", "untrained"}  # the last two: tuning rates
     assert {g["family"] for g in stats["groups"]} == {"vision", "encoder", "decoder", "vlm"}
-    runs = json.loads(invoke("kb", "runs", "--family", "llama", "--source", "paper", "--json").output)
+    runs = json.loads(
+        invoke("kb", "runs", "--family", "llama", "--source", "paper:2608.08961", "--json").output
+    )
     assert len(runs) == 15
     assert {"id", "source", "model", "family", "optimizer", "strategy", "status"} <= set(runs[0])
     assert "A100" in invoke("kb", "runs", "--limit", "3").output
@@ -226,3 +232,14 @@ def test_a_write_into_an_older_kb_migrates_it(tmp_path):
     runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
     assert applied == KNOWN_MIGRATIONS and "LOADED []" in out
     assert runs == sqlite3.connect(SHIPPED_KB).execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+def test_every_shipped_input_is_in_the_build_order_and_the_order_keeps_the_ids():
+    """kb/inputs/ORDER lists every input: a new one is appended (its groups numbered after the others), so
+    the ids people type keep their meaning; an input it does not list would be read after all of them."""
+    from advisor.kb.build import ORDER_FILE, build_order
+
+    inputs = Path(__file__).parents[2] / "kb" / "inputs"
+    listed = (inputs / ORDER_FILE).read_text().split()
+    assert [p.name for p in build_order(inputs)] == listed
+    assert listed[0] == "paper-2608.08961" and len(set(listed)) == len(listed)

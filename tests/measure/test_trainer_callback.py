@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -422,3 +423,27 @@ def test_the_command_names_a_kb_read_alone_as_a_shell_takes_it(tmp_path, monkeyp
     assert (
         command_for("decoder", "u3", "crashed", None) == "advisor kb runs --source trainer --status crashed"
     )
+
+
+@pytest.mark.parametrize("case", ["a read-only place", "the shipped KB", "not a KB", "a folder"])
+def test_a_kb_that_cannot_take_the_run_never_stops_training(tmp_path, capsys, case):
+    """The callback warns once, in words that fit a script, and the Trainer's job finishes. (/proc is read-only
+    even to root, as these tests may run.)"""
+    from advisor.places import shipped_kb_path
+
+    db = {
+        "a read-only place": Path("/proc/advisor-test/mine.sqlite"),
+        "the shipped KB": shipped_kb_path(),
+        "not a KB": tmp_path / "notes.sqlite",
+        "a folder": tmp_path,
+    }[case]
+    if case == "not a KB":
+        db.write_text("id,loss\n1,0.5\n")
+    before = db.read_bytes() if db.is_file() else None
+    out = trainer_of(db, tmp_path).train()  # finishes: never raises
+    assert out.global_step > 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("advisor:")]
+    assert len(said) == 1 and "this run is not recorded" in said[0] and "Training goes on" in said[0], err
+    assert "Traceback" not in err and "--db" not in said[0]
+    assert before is None or db.read_bytes() == before
