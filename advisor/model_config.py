@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from advisor.errors import ModelNotResolved
@@ -71,8 +72,9 @@ def _no_constant(name: str):
 
 
 def check(config: dict, path: Path) -> None:
-    """Its depth, then every size of it and of its sub-configs, then their shapes and its RoPE type."""
+    """Its depth, its names, then every size of it and of its sub-configs, their shapes and its RoPE type."""
     _depth(config, path)
+    _names(config, path)
     for where, sub in _configs(config):
         for key in SIZES:
             if key in sub and sub[key] is not None:
@@ -106,6 +108,26 @@ def _depth(config: dict, path: Path) -> None:
             )
         children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         stack += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
+
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}")  # a model_type or a class name: what answers print back
+
+
+def _names(config: dict, path: Path) -> None:
+    """model_type and architectures as names, so that nothing printed from them can carry a terminal's
+    escape codes or control characters."""
+    model_type = config.get("model_type")
+    if model_type is not None and not (isinstance(model_type, str) and NAME.fullmatch(model_type)):
+        raise ModelNotResolved(
+            f"{path}: model_type is not a name (letters, digits, _ . -): {ascii(model_type)[:60]}."
+        )
+    archs = config.get("architectures")
+    if archs is None:
+        return
+    if not isinstance(archs, list) or not all(isinstance(a, str) and NAME.fullmatch(a) for a in archs):
+        raise ModelNotResolved(
+            f"{path}: architectures must be a list of class names (letters, digits, _): {ascii(archs)[:60]}."
+        )
 
 
 def _whole(value, key: str, path: Path) -> None:

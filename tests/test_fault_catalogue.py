@@ -194,6 +194,10 @@ CASES = (
         (["fit", "--model", "vit", "--memory", "-5"], 2, "--memory"),
         (["fit", "--model", "{config-list}", "--gpu", "T4"], 1, "not a model config"),
         (["fit", "--model", "vit", "--gpu", "T4", "--db", "{foreign}"], 1, "another application"),
+        (["fit", "--model", "qwen2.5-0.5b", "--gpu", "A100", "--nodes", "1000000000000000000"], 2, "--nodes"),
+        (["kb", "migrate", "--db", "{corrupt}"], 1, "corrupt or truncated"),
+        (["kb", "migrate", "--db", "{truncated}"], 1, "corrupt or truncated"),
+        (["kb", "migrate", "--db", "{empty}"], 1, "an empty file, not a knowledge base"),
     ]
 )
 

@@ -48,6 +48,14 @@ CONFIGS = {
         json.dumps({**GOOD, "rope_scaling": {"rope_type": "linear", "factor": -1}}),
         "factor",
     ),
+    "escape codes in architectures": (
+        json.dumps({**GOOD, "architectures": ["Llama\u001b[2J\u001b]0;owned\u0007ForCausalLM"]}),
+        "architectures must be a list of class names",
+    ),
+    "a control character in model_type": (
+        json.dumps({**GOOD, "model_type": "llama\r"}),
+        "model_type is not a name",
+    ),
     "zero vision patch": (
         json.dumps({**GOOD, "vision_config": {"patch_size": 0, "hidden_size": 32}}),
         "vision_config.patch_size is 0",
@@ -71,6 +79,7 @@ def test_a_hostile_config_is_one_sentence(invoke, tmp_path, case, command):
     result = invoke(*[a.format(m=folder) for a in COMMANDS[command]], catch_exceptions=True)
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output and words in result.output, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output  # nothing reaches the terminal raw
     assert len(result.output.strip().splitlines()) <= 3  # a sentence, wrapped
 
 

@@ -89,11 +89,13 @@ def select_group(
     source: str | None = None,
     asked: Asked | None = None,
     selector: Selector | None = None,
-    metric: str | None = None,
+    metric: str | tuple[str, ...] | None = None,
 ) -> Selection:
-    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps, and
-    for `metric`, among those that measured it where any did (a published table of losses answers no time
-    question); at the question's scale the nearest in size first, where sizes decide nothing else.
+    """The best evidence group for a family (rules: flowchart.evidence) among those the selector keeps: for
+    `metric` (or each of several), among those that measured it where any did (a published table of losses
+    answers no time question); for no metric (a family's whole picture), among those that measured the most
+    of the flowchart's metrics; at the question's scale the nearest in size first, where sizes decide
+    nothing else.
 
     Shipped evidence is always eligible. The user's own runs answer only a question they match (`mismatch`):
     one smoke run never becomes the answer for a model a thousand times its size. Sources the rules never
@@ -102,9 +104,7 @@ def select_group(
     selector, asked = selector or Selector(), asked or Asked()
     never = prefs.get("answer_never", [])
     everything = evidence_groups(conn, family=family, source=source)
-    if metric is not None:
-        measuring = groups_measuring(conn, rules.metric(metric).measures)
-        everything = [g for g in everything if g.id in measuring] or everything
+    everything = _measuring(conn, rules, everything, metric)
     kept = [
         g for g in everything if selector.keeps(g) and (source or selector.group or g.source not in never)
     ]
@@ -141,6 +141,17 @@ def for_its_model_only(g: Group, asked: Asked, selector: Selector, prefs: dict) 
         and not asked.names(g)
         and selector.group != g.id
     )
+
+
+def _measuring(conn, rules: Rules, groups: list[Group], metric) -> list[Group]:
+    """The groups that measured `metric` (each of a tuple), or with none asked, the flowchart's metrics most;
+    all of them where none qualifies (the answer then says what is missing)."""
+    wanted = (metric,) if isinstance(metric, str) else metric or tuple(rules.flowchart["metrics"])
+    ids = [groups_measuring(conn, rules.metric(m).measures) for m in wanted]
+    covers = {g.id: sum(g.id in i for i in ids) for g in groups}
+    most = max(covers.values(), default=0)
+    needed = len(wanted) if metric else most
+    return [g for g in groups if covers[g.id] >= needed and needed > 0] or groups
 
 
 def _rank_key(asked: Asked, prefs: dict, scale: int | None = None):

@@ -53,9 +53,11 @@ def frontier(
     y: str,
     rules: Rules,
     source: str | None = None,
+    group: Group | None = None,
 ) -> Frontier:
-    """The x-vs-y frontier of the family's best evidence group; unusable configurations are left out, with why."""
-    group = select_group(conn, rules, family, source).group
+    """The x-vs-y frontier of `group`, else of the family's best evidence group that measured both;
+    unusable configurations are left out, with why."""
+    group = group or select_group(conn, rules, family, source, metric=(x, y)).group
     ev = GroupEvidence(conn, group, rules)
     applies = rules.flowchart["filters"]["divergence"]["applies_to"]
     judged = next((m for m in (x, y) if m in applies), y)  # a diverged run is off a frontier of its loss

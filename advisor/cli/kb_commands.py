@@ -25,7 +25,7 @@ from advisor.errors import KBError
 from advisor.kb import reader
 from advisor.kb.build import build_kb, import_file, merge_kbs
 from advisor.kb.export import runs_csv, runs_json
-from advisor.kb.store import open_for_writing, release
+from advisor.kb.store import open_for_writing, release, whole_before_migrating
 from advisor.render.views import runs_view, stats_view
 from advisor.rules import load_rules
 
@@ -198,6 +198,7 @@ def migrate(db):
         )
     if not path.exists():
         raise click.ClickException(f"no knowledge base at {path}.")
+    whole_before_migrating(path)
     release(open_for_writing(path))
     click.echo(f"{path} is at the current schema.")
 

@@ -20,6 +20,7 @@ from advisor.kb import reader
 from advisor.kb.migrations import STATUSES
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
+from advisor.prediction.question import MAX_NODES
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS
 from advisor.rules import load_rules
 
@@ -380,7 +381,11 @@ def menu_options(fn):
             "communication each sharding costs and the config to launch it.",
         ),
         click.option(
-            "--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes of --gpus each."
+            "--nodes",
+            type=click.IntRange(min=1, max=MAX_NODES),
+            default=1,
+            show_default=True,
+            help=f"Nodes of --gpus each (at most {MAX_NODES:,}, past the largest clusters built).",
         ),
         click.option(
             "--sharding",

@@ -34,6 +34,7 @@ from advisor.kb.schema import (
     check_schema,
     connect_ro,
     corrupt_error,
+    integrity_problems,
     refuse_hostile,
     refuse_newer,
 )
@@ -57,6 +58,26 @@ def later(seconds: float) -> str:
 
 
 # --- opening and letting go ---------------------------------------------------------------------------
+
+
+def whole_before_migrating(path: Path) -> None:
+    """A KB `advisor kb migrate` may upgrade: not an empty file (which opening would make a new KB) and
+    not damaged (a migration written over a corrupt page spreads it): KBError with what to do otherwise."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise KBError(
+            f"{path} is an empty file, not a knowledge base: nothing to migrate (advisor writes a new KB "
+            "where none is; remove the empty file, or pass the KB you meant)."
+        )
+    check_readable(path)
+    ro = connect_ro(path)
+    try:
+        problems = integrity_problems(ro, full=True)
+    except sqlite3.DatabaseError as e:
+        raise corrupt_error(path, e) from e
+    finally:
+        ro.close()
+    if problems:
+        raise corrupt_error(path, sqlite3.DatabaseError("; ".join(problems[:3])))
 
 
 def open_for_writing(path: str | Path) -> sqlite3.Connection:

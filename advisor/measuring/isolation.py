@@ -41,6 +41,7 @@ from advisor.measuring.config import GridCell
 from advisor.measuring.families import family
 from advisor.measuring.flops import Peaks
 from advisor.measuring.hardware import pid_alive
+from advisor.measuring.orphans import PARENT_ENV
 from advisor.measuring.progress import ForwardingReporter, Reporter, replay
 from advisor.measuring.runner import CellOutcome, CellResult, run_cell, train_cell
 from advisor.rules import Rules
@@ -50,6 +51,7 @@ from advisor.rules import Rules
 # torchao (0.6-1.8 s an Adafactor cell otherwise); every cell counts FLOPs and tracks its measured step;
 # advisor.cli is what the `advisor` script re-runs in a child as its __main__.
 PRELOAD = (
+    "advisor.measuring.orphans",  # first: the server dies with its grid, even while it imports the rest
     "torch",
     "torch.utils.flop_counter",
     "torch.distributed._tools.mem_tracker",
@@ -141,6 +143,7 @@ def _our_sys_path():
     """The environment a process started in the block reads: this process's sys.path as PYTHONPATH, and no
     current folder put in front of it (PYTHONSAFEPATH), so that it imports what this process imports."""
     wanted = {
+        PARENT_ENV: str(os.getpid()),  # the server started in the block dies with this process
         "PYTHONSAFEPATH": "1",
         "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if os.pathsep not in p),
     }

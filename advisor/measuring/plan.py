@@ -183,8 +183,9 @@ ASSUMPTIONS = [
 
 
 def lpt_makespan(costs: list[float], workers: int) -> float:
-    """The longest-processing-time-first schedule's makespan of `costs` on `workers` identical workers."""
-    loads = [0.0] * workers
+    """The longest-processing-time-first schedule's makespan of `costs` on `workers` identical workers (more
+    workers than cells idle: the schedule is that of one worker per cell, whatever the count asked)."""
+    loads = [0.0] * min(workers, max(len(costs), 1))
     for cost in sorted(costs, reverse=True):
         heapq.heapreplace(loads, loads[0] + cost)
     return max(loads, default=0.0)

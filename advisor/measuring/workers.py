@@ -9,13 +9,14 @@ in this process, with the same results.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+
+from advisor.measuring.orphans import die_with
 
 MOST = 8  # workers at most: a trace's stages are rarely more, and each worker holds its own model copies
 
@@ -47,11 +48,7 @@ def unordered(function: Callable, items: list, workers: int | None = None) -> It
 def _worker(parent: int) -> None:
     """A worker, first thing: dies with its parent (kill -9 included), leaves Ctrl-C to the parent (which
     stops the pool), runs torch on one thread (its siblings hold the other cores), keeps shared pages."""
-    if sys.platform == "linux":
-        # written by hand: no library sets a parent-death signal; prctl(PR_SET_PDEATHSIG=1, SIGKILL)
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the line above
-            os._exit(1)
+    die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()
     import torch

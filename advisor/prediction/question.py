@@ -339,6 +339,7 @@ def installed(rules: Rules, optimizer: str) -> bool:
 
 
 MAX_GPUS_PER_NODE = 72  # an NVL72 rack's NVLink domain, the largest one node's link figure stands for
+MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
 TUPLES = ("optimizers", "strategies", "adapters", "lora_targets", "offload", "shardings")
 
 
@@ -357,6 +358,10 @@ def _check_numbers(options: FitOptions) -> None:
         ("--gpus", options.gpus, 1, "a whole number of accelerators per node, 1 or more"),
         ("--nodes", options.nodes, 1, "a whole number of nodes, 1 or more"),
     ]
+    if isinstance(options.nodes, int) and not isinstance(options.nodes, bool) and options.nodes > MAX_NODES:
+        raise InputError(
+            f"--nodes is at most {MAX_NODES:,} (got {options.nodes:,}): no cluster built has more.", "--nodes"
+        )
     if isinstance(options.gpus, int) and options.gpus > MAX_GPUS_PER_NODE:
         raise InputError(
             f"--gpus is per node, and {MAX_GPUS_PER_NODE} share one NVLink domain at most (got {options.gpus}): "

@@ -231,16 +231,26 @@ def flowchart_tree(paths: list[BestPath]) -> dict[str, list[dict]]:
 def family_section(
     conn: sqlite3.Connection, rules: Rules, family: str, paths: list[BestPath], source: str | None
 ) -> dict:
-    """One family: its evidence group and provenance, an answer card per metric, its frontiers."""
+    """One family: its evidence groups (the one answering most of its metrics first: a published table of
+    losses answers the loss alone) with their provenance, an answer card per metric, its frontiers."""
     answers = [p.answer for p in paths if p.family == family and p.answer]
-    group = answers[0].group if answers else None
+    counts = Counter(a.group for a in answers)
+    groups = sorted(counts, key=lambda g: -counts[g])  # stable: the first answer's group among equals
+    group = groups[0] if groups else None
+    cards = [
+        answer_card(a, rules) | {"evidence": a.group.label if a.group != group else None} for a in answers
+    ]
     return dict(
         name=family,
         group=group,
         badge=evidence_badge(group) if group else None,
         provenance=provenance(conn, group) if group else None,
-        answers=[answer_card(a, rules) for a in answers],
-        figures=frontier_figures(conn, rules, family, source) if group else [],
+        more_provenance=[
+            provenance(conn, g) | {"answers": ", ".join(a.metric.name for a in answers if a.group == g)}
+            for g in groups[1:]
+        ],
+        answers=cards,
+        figures=frontier_figures(conn, rules, family, source, group) if group else [],
     )
 
 
@@ -281,13 +291,16 @@ def _entry_row(e: Entry) -> dict:
     return dict(config=f"{e.optimizer} + {e.strategy}", value=fmt(e.value, e.unit), test=test_brief(e))
 
 
-def frontier_figures(conn: sqlite3.Connection, rules: Rules, family: str, source: str | None) -> list[Figure]:
-    """Loss against each other metric the flowchart walks; a figure without points says why instead."""
+def frontier_figures(
+    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None, group: Group | None = None
+) -> list[Figure]:
+    """Loss against each other metric the flowchart walks, in `group` (the family section's); a figure
+    without points says why instead."""
     out = []
     for x in [m for m in rules.flowchart["metrics"] if m != "loss"]:
         fid, title = f"{family}-{x}", f"loss against {x}"
         try:
-            front = frontier(conn, family, x, "loss", rules, source)
+            front = frontier(conn, family, x, "loss", rules, source, group)
         except NoEvidence as e:
             out.append(Figure(fid, title, note=str(e)))
             continue
@@ -310,7 +323,7 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
     statuses = conn.execute(
         "SELECT status, count(*) FROM runs WHERE grp = ? GROUP BY status ORDER BY count(*) DESC", [group.id]
     ).fetchall()
-    software = json.loads(row[6] or "{}")
+    software = software_of(row[6])
     return dict(
         id=group.ref,
         select=selector_flags(group),
@@ -326,9 +339,24 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
         runs=", ".join(f"{n} {s}" for s, n in statuses),
         seeds=group.n_seeds,
         when=" – ".join(dict.fromkeys(t[:10] for t in row[3:5] if t)) or "as published",
-        software=", ".join(f"{k} {v}" for k, v in software.items() if v and k != "platform") or "not stated",
+        software=software,
         settings="; ".join(group_settings(conn, group)),
     )
+
+
+def software_of(stored: str | None) -> str:
+    """A run's `software` column in words ('torch 2.13.0, transformers 5.0'): what the KB's JSON object names,
+    'not stated' where it is empty, and 'unreadable' where the column is not a JSON object (a KB edited by
+    hand or by another tool: the page says so and goes on)."""
+    if not stored:
+        return "not stated"
+    try:
+        software = json.loads(stored)
+    except (ValueError, RecursionError):
+        return "unreadable (not JSON)"
+    if not isinstance(software, dict):
+        return "unreadable (not a JSON object)"
+    return ", ".join(f"{k} {v}" for k, v in software.items() if v and k != "platform") or "not stated"
 
 
 @dataclass

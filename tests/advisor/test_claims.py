@@ -45,7 +45,7 @@ def test_a_claim_that_fails_and_one_without_evidence(invoke, tmp_path, kb_path):
     )
     conn.commit()
     rebuild_summaries(conn)  # raw SQL changed figures: the maintained summaries follow
-    out = json.loads(invoke("claims", "--json").output)
+    out = json.loads(invoke("claims", "--source", "paper", "--json").output)
     verdicts = {c["id"]: c for c in out["claims"]}
     assert verdicts["adam-vs-adadelta-encoder"]["verdict"] == FAILS
     assert "x0.2" in verdicts["adam-vs-adadelta-encoder"]["found"]

@@ -61,7 +61,7 @@ def test_frontier_leaves_out_diverged(invoke):
 
 
 def test_flowchart_paths_and_counts(invoke):
-    out = json.loads(invoke("flowchart", "--json").output)
+    out = json.loads(invoke("flowchart", "--source", "paper:2608.08961", "--json").output)
     assert len(out["paths"]) == 16
     keys = {"family", "metric", "optimizer", "strategy", "value", "tied", "separated_by", "flag"}
     assert all(keys <= set(p) for p in out["paths"])
@@ -77,7 +77,7 @@ def test_flowchart_paths_and_counts(invoke):
     assert vit_time["tied"] and vit_time["separated_by"]["note"] == "no test: one run per configuration"
     assert out["summary"]["tied"] == 2 and out["summary"]["optimizers_tied"] == {"sgd": 1, "adam": 1}
     assert by[("vision", "memory")] == (None, None)  # the paper states ViT RAM only as a range
-    text = invoke("flowchart").output
+    text = invoke("flowchart", "--source", "paper:2608.08961").output
     flat = " ".join(text.split())
     assert "Recommendation flowchart" in flat and "Optimizers on best paths" in flat
     assert "2 of them tied (1 equivalent, 1 undecided)" in flat

@@ -396,3 +396,20 @@ def test_a_sent_report_in_a_browser(browser, sent):
     check_keys(page)
     assert problems == []
     page.close()
+
+
+@pytest.mark.parametrize(
+    "stored, said",
+    [
+        (None, "not stated"),
+        ('{"torch": "2.13.0", "platform": "linux"}', "torch 2.13.0"),
+        ("{not json", "unreadable (not JSON)"),
+        ("[1, 2]", "unreadable (not a JSON object)"),
+        ("[" * 5000 + "]" * 5000, "unreadable (not JSON)"),
+    ],
+)
+def test_a_runs_software_column_in_words_whatever_it_holds(stored, said):
+    """`advisor report --db` on a KB whose runs.software another tool wrote: the page says so and goes on."""
+    from advisor.render.site import software_of
+
+    assert software_of(stored) == said

@@ -159,3 +159,23 @@ def test_answers_flag_evidence_that_mixes_settings(tmp_path, invoke, measure_tin
     assert "mixes runs measured with different settings" in text
     shipped = json.loads(invoke("recommend", "--arch", "vit", "--source", "measured", "--json").output)
     assert shipped["mixed_protocols"] == {}  # the reference grid: one protocol
+
+
+def test_the_fork_server_dies_with_its_grid_even_while_it_imports(tmp_path):
+    """kill -9 of `advisor measure` while its fork server still imports torch: the server goes at once
+    (advisor.measuring.orphans), instead of importing on for minutes holding the caller's pipes."""
+    import time
+
+    import psutil
+
+    proc = advisor("measure", *GRID, "--db", tmp_path / "kb.sqlite")
+    deadline, server = time.monotonic() + 60, None
+    while server is None and time.monotonic() < deadline:
+        children = psutil.Process(proc.pid).children()
+        server = next((c for c in children if "forkserver" in " ".join(c.cmdline())), None)
+        time.sleep(0.05)
+    assert server is not None, "no fork server started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone, _ = psutil.wait_procs([server], timeout=10)
+    assert gone, "the fork server outlived its grid"

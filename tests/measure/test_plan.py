@@ -176,3 +176,12 @@ def test_a_calibration_times_this_machine_only(rules):
     cells = grid_cells(RunConfig(model="vit", preset="tiny"), rules=rules)
     with pytest.raises(InputError, match="calibration times this machine"):
         plan_cells(cells, rules, gpu="H100", workers=[1], calibrate=True)
+
+
+def test_a_makespan_on_more_workers_than_cells_is_that_of_one_worker_each():
+    """--workers 99999999999 is an answer, not a MemoryError: the idle workers are never allocated."""
+    from advisor.measuring.plan import lpt_makespan
+
+    costs = [5.0, 3.0, 2.0]
+    assert lpt_makespan(costs, 99_999_999_999) == lpt_makespan(costs, 3) == 5.0
+    assert lpt_makespan([], 10**12) == 0.0
