@@ -140,6 +140,7 @@ bench: setup
 	$(BIN)/python bench/cell_time.py --out bench/results/cell-time-cpu.json
 	$(BIN)/python bench/cell_phases.py --out bench/results/cell-phases-cpu.json
 	$(BIN)/python bench/menu_evidence.py --out bench/results/menu-evidence-cpu.json
+	$(BIN)/python bench/muon_protocol.py --out bench/results/muon-protocol-cpu.json
 	$(BIN)/python bench/time_spread.py --out bench/results/time-spread-cpu.json
 	$(BIN)/python bench/cell_time.py --preset small --model vit --model llama --out bench/results/cell-time-small-cpu.json
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/plan_accuracy.py --out bench/results/plan-accuracy-cpu.json
