@@ -82,7 +82,7 @@ def test_frontier_chart_has_units_direction_intervals_and_ties(invoke, tmp_path)
 
 def test_flowchart_html(invoke, tmp_path):
     page_path = tmp_path / "flowchart.html"
-    result = invoke("flowchart", "--html", page_path)
+    result = invoke("flowchart", "--source", "paper:2608.08961", "--html", page_path)
     assert result.exit_code == 0 and "Recommendation flowchart" in result.output
     rows = chart_rows(embedded_spec(page_path.read_text()))
     assert len(rows) == 16

@@ -52,7 +52,11 @@ def test_rich_output_names_pick_evidence_and_frontier(invoke):
     ],
 )
 def test_paper_best_paths(invoke, family, metric, expected):
-    rec = answer(invoke, "--arch", family, "--optimize", metric)["recommendation"]
+    """The paper's own figures (Figure 1's paths): pinned to its source, as other evidence answers some of
+    these questions by default now (published tables at the same scale, measurements where it has none)."""
+    rec = answer(invoke, "--arch", family, "--optimize", metric, "--source", "paper:2608.08961")[
+        "recommendation"
+    ]
     assert (rec["optimizer"], rec["strategy"]) == expected
 
 

@@ -234,3 +234,30 @@ def test_the_shipped_groups_are_numbered_in_the_order_of_their_inputs():
         models = published.get(source) or {"paper": paper, "custom": bases}.get(preset, grid)
         hosts = list(dict.fromkeys(h for h, _ in members))
         assert members == [(h, m) for h in hosts for m in models], preset  # each host's groups by family
+
+
+def test_the_muon_re_measure_gave_adamw_and_muon_one_grid_width_and_muon_adamws_rate():
+    """The re-measure under one protocol (kb/inputs/measured-cpu-epyc-muon*.json): per model, AdamW and Muon
+    tried as many rates on the tuning seed, and Muon's AdamW part trained at the rate chosen for AdamW."""
+    widths = defaultdict(dict)
+    for r in figures(
+        "SELECT model, optimizer, count(DISTINCT json_extract(config, '$.lr')) AS n FROM runs "
+        "WHERE source = 'measured:tuning' AND hardware LIKE '%EPYC%' AND preset = 'small' AND strategy = 'standard' "
+        "AND (optimizer = 'adamw' OR (optimizer = 'muon' AND json_extract(config, '$.adamw_lr') IS NOT NULL)) "
+        "GROUP BY model, optimizer"
+    ):
+        widths[r["model"]][r["optimizer"]] = r["n"]
+    assert set(widths) == {"vit", "modernbert", "llama", "nanovlm"}
+    assert all(w["adamw"] == w["muon"] >= 6 for w in widths.values()), widths
+    chosen = {
+        r["model"]: json.loads(r["config"])["lr"]
+        for r in figures(
+            "SELECT model, config FROM runs WHERE source = 'measured' AND optimizer = 'adamw' "
+            "AND hardware LIKE '%EPYC%'"
+        )
+    }
+    for r in figures(
+        "SELECT model, config FROM runs WHERE source = 'measured' AND optimizer = 'muon' "
+        "AND hardware LIKE '%EPYC%'"
+    ):
+        assert json.loads(r["config"])["adamw_lr"] == chosen[r["model"]]
