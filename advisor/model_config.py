@@ -44,6 +44,7 @@ SIZE_LISTS = ("image_size",)  # a whole number, or a list of them ([height, widt
 # RoPE variants transformers builds (transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS, and the plain
 # one): listed here because importing transformers costs seconds on the answer path; a test compares them.
 ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "proportional", "yarn")
+ROPE_ALIASES = ("mrope",)  # Qwen2-VL's configs name the default so; its config class maps it back
 
 
 def parse(data: bytes, path: Path) -> dict:
@@ -160,7 +161,7 @@ def _rope(config: dict, path: Path) -> None:
         if not isinstance(rope, dict):
             continue
         kind = rope.get("rope_type", rope.get("type"))
-        if kind is not None and kind not in ROPE_TYPES:
+        if kind is not None and kind not in ROPE_TYPES + ROPE_ALIASES:
             shown = json.dumps(kind)[:40]
             raise ModelNotResolved(
                 f"{path}: {key}.rope_type is {shown}, not one transformers builds ({', '.join(ROPE_TYPES)})."

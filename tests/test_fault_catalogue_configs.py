@@ -88,7 +88,7 @@ def test_the_rope_types_are_those_transformers_builds():
 
     from advisor.model_config import ROPE_TYPES
 
-    assert set(ROPE_TYPES) == {"default", *ROPE_INIT_FUNCTIONS}
+    assert set(ROPE_TYPES) == {"default", *ROPE_INIT_FUNCTIONS}  # (and Qwen2-VL's alias, ROPE_ALIASES)
 
 
 def test_a_good_config_passes(invoke, tmp_path):

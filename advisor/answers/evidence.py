@@ -461,7 +461,14 @@ class GroupEvidence:
         for d in self.rules.flowchart["filters"]["divergence"].get("declared", []):
             if (self.group.source, self.group.family) != (d["source"], d["family"]):
                 continue
-            for key, cell in self.cells.items():
-                if cell.optimizer == d["optimizer"] and d.get("strategy", cell.strategy) == cell.strategy:
+            for (
+                key,
+                cell,
+            ) in self.cells.items():  # a configuration with no ok run keeps its status as its reason
+                if (
+                    cell.n_ok
+                    and cell.optimizer == d["optimizer"]
+                    and d.get("strategy", cell.strategy) == cell.strategy
+                ):
                     out[key] = f"diverged, in its source's own words: {d['reason']}"
         return out

@@ -119,4 +119,4 @@ def test_an_answer_far_from_its_evidence_says_how_rankings_carried(invoke, two_s
     out = json.loads(invoke("recommend", "--model", folder, "--db", two_scales, "--json").output)
     scale = out["scale"]
     assert scale["warning"] and scale["evidence"] == 2_700_000
-    assert "τ = 1.00" in scale["transfer"] and "the pick held in 1 of 1" in scale["transfer"]
+    assert "τ = +1.00" in scale["transfer"] and "the pick held in 1 of 1" in scale["transfer"]

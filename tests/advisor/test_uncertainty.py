@@ -327,7 +327,13 @@ def test_a_tie_says_whether_it_is_equivalent_or_undecided(invoke):
         ).output
     )
     pick = memory["recommendation"]["test"]
-    assert pick["exact"] and pick["reading"] == "equivalent" and abs(pick["relative"]) < 1
+    # exact, and shown real (no spread: Holm separates it), so never 'equivalent': different, inside the margin
+    assert (
+        pick["exact"]
+        and pick["reading"] == "different"
+        and pick["within_margin"]
+        and abs(pick["relative"]) < 1
+    )
     flow = invoke("flowchart", "--source", "measured").output
     assert "equivalent" in flow and "undecided" in flow
 
