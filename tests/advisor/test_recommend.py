@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+PAPER = "paper:2608.08961"  # the seed paper's own figures: other evidence answers some questions by default
+
 
 def answer(invoke, *args):
     result = invoke("recommend", *args, "--json")
@@ -97,7 +99,7 @@ def test_ties_are_reported(invoke):
 def test_max_memory_is_accelerator_memory_never_host_ram(invoke):
     """The paper states host RAM only: --max-memory (accelerator memory) is not compared with it, and the
     answer says so instead of excluding configurations by the wrong figure."""
-    out = answer(invoke, "--arch", "decoder", "--optimize", "loss", "--max-memory", "55")
+    out = answer(invoke, "--arch", "decoder", "--optimize", "loss", "--max-memory", "55", "--source", PAPER)
     rec = out["recommendation"]
     assert (rec["optimizer"], rec["strategy"]) == ("adadelta", "accumulation")
     assert not any("max-memory" in (e["reason"] or "") for e in out["excluded"])
@@ -125,12 +127,14 @@ def test_constraints_exclude_with_reasons(invoke):
 
 
 def test_nothing_qualifies_says_why(invoke):
-    out = answer(invoke, "--arch", "vision", "--optimize", "time", "--max-time", "1")
+    out = answer(invoke, "--arch", "vision", "--optimize", "time", "--max-time", "1", "--source", PAPER)
     assert out["recommendation"] is None
     assert "exceeds --max-time 1 s/epoch" in out["why_none"]
-    result = invoke("recommend", "--arch", "vision", "--optimize", "time", "--max-time", "1")
+    result = invoke(
+        "recommend", "--arch", "vision", "--optimize", "time", "--max-time", "1", "--source", PAPER
+    )
     assert result.exit_code == 0 and "No recommendation" in result.output
-    out = answer(invoke, "--arch", "vision", "--optimize", "memory")
+    out = answer(invoke, "--arch", "vision", "--optimize", "memory", "--source", PAPER)
     assert out["recommendation"] is None and "no memory figure at all" in out["why_none"]
 
 

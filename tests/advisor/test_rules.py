@@ -109,7 +109,7 @@ def test_bad_rules_are_reported(tmp_path):
 def test_memory_measure_converts_percent_of_host(kb_path):
     conn = sqlite3.connect(kb_path)
     rules = load_rules()
-    (group,) = evidence_groups(conn, family="encoder", source="paper")
+    (group,) = evidence_groups(conn, family="encoder", source="paper:2608.08961")
     ev = GroupEvidence(conn, group, rules)
     assert ev.measure("memory") == "host_ram"
     assert ev.value(ev.cells[("adam", "standard")], "memory") == pytest.approx(47.7184)

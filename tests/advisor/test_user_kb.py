@@ -170,7 +170,10 @@ def test_a_smoke_run_never_becomes_the_default_answer(invoke, no_db):
     for args, was in before.items():
         now = json.loads(invoke(*args, "--json").output)
         assert now["evidence"] == was["evidence"] and now["recommendation"] == was["recommendation"], args
-        mine = next(g for g in now["other_evidence"] if g["yours"])
+        mine = next((g for g in now["other_evidence"] if g["yours"]), None)
+        if "time" in args:  # its runs hold no time figure: no evidence for a time question, so not offered
+            assert mine is None
+            continue
         assert (
             "120 k parameters" in mine["passed_over"]
             and "--group u1 or --evidence mine" in mine["passed_over"]
