@@ -174,6 +174,12 @@ class Rules:
     def metric(self, name: str) -> Metric:
         return self.metrics[name.strip().lower()]
 
+    def tuning_strategy(self, strategy: str) -> str:
+        """The strategy a cell's rate is tuned with: its own where rules/protocol.toml [tuning.with] names one
+        (an update unlike a plain step's), else the tuning's default (a plain step's update)."""
+        tuning = self.protocol["tuning"]
+        return tuning.get("with", {}).get(strategy, tuning["strategy"])
+
     def as_fit(self, strategy: str) -> tuple[str, str]:
         """(adapter, strategy) of advisor fit that a measured strategy is: a measured arm is the strategy it
         stands for (the same step, another data budget), an adapter strategy its adapter on its step's

@@ -440,8 +440,7 @@ class GroupEvidence:
         stat = self.stat(cell, metric)
         if stat is None or stat.spread is None:
             return None
-        tuning = self.rules.protocol["tuning"]
-        tuned_with = tuning.get("with", {}).get(cell.strategy, tuning["strategy"])
+        tuned_with = self.rules.tuning_strategy(cell.strategy)
         lr, tried = rate_choice(self.conn, self.group, cell.optimizer, cell.strategy, tuned_with)
         if lr is None or lr not in tried or len(tried) < 2:
             return None

@@ -70,10 +70,8 @@ def tuning_key(cfg: RunConfig, rules) -> RunConfig:
 
 
 def tuning_strategy(strategy: str, rules) -> str:
-    """The strategy a cell's rate is tuned with: its own where rules/protocol.toml [tuning.with] names one
-    (an update unlike a plain step's), else the tuning's default (a plain step's update)."""
-    tuning = rules.protocol["tuning"]
-    return tuning.get("with", {}).get(strategy, tuning["strategy"])
+    """The strategy a cell's rate is tuned with (Rules.tuning_strategy)."""
+    return rules.tuning_strategy(strategy)
 
 
 def rates(key: RunConfig, rules: Rules) -> tuple[float, ...]:
