@@ -172,7 +172,7 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, say=None, **o
         tracer = None
         if cache.missing(q, rules):
             require_measure_side()
-            from advisor.measuring.prediction import trace  # torch: only when the cache lacks a prediction
+            from advisor.measuring.tracer.engine import trace  # torch: only when the cache lacks a prediction
 
             tracer = partial(trace, say=say or (lambda line: None))
         return fit_answer(q, rules, cache, tracer)

@@ -75,7 +75,9 @@ class FamilyRecord:
     model_types: tuple[str, ...]
     inputs: tuple[str, ...]  # of INPUTS: text, image, or both
     fit_seq_len: int  # `advisor fit`'s default tokens per sample (a VLM's: one caption)
-    module: str | None = None  # the measurement side's module for the family (measure.families.<name>)
+    module: str | None = (
+        None  # the measurement side's module for the family (advisor.measuring.model.families.<name>)
+    )
     hub: str | None = None  # the published model of the reference model's paper size: what fit's code loads
 
     @property

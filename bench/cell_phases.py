@@ -24,11 +24,11 @@ from pathlib import Path
 
 from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
-import advisor.measuring.trainer as trainer
+import advisor.measuring.training.trainer as trainer
 from advisor.kb import lease, store
-from advisor.measuring import runner
-from advisor.measuring.heldout import HeldOut
+from advisor.measuring.grid import runner
 from advisor.measuring.request import request
+from advisor.measuring.training.heldout import HeldOut
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
 

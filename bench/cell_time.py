@@ -26,8 +26,8 @@ from pathlib import Path
 
 from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
-from advisor.measuring.progress import Reporter
 from advisor.measuring.request import request
+from advisor.measuring.training.progress import Reporter
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
 

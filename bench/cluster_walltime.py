@@ -5,7 +5,7 @@
 Both run the same cells into fresh KBs, local first; a two-node cluster of one CPU per node is made with
 ray.cluster_utils.Cluster (loopback), so on a 2-core machine both use both cores: the local executor one
 cell at a time with two threads, the cluster two cells at a time with one thread each. Both fork each cell
-from a fork server that imported torch once (the cluster: one per Ray worker, advisor/measuring/cluster.py)."""
+from a fork server that imported torch once (the cluster: one per Ray worker, advisor/measuring/grid/cluster.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from advisor.measuring.cluster import run_grid_ray
-    from advisor.measuring.config import RunConfig
-    from advisor.measuring.grid import run_grid
-    from advisor.measuring.runner import plan_grid
+    from advisor.measuring.grid.cluster import run_grid_ray
+    from advisor.measuring.grid.local import run_grid
+    from advisor.measuring.grid.runner import plan_grid
+    from advisor.measuring.recipe.config import RunConfig
     from advisor.model_ref import resolve_model
     from advisor.rules import load_rules
 

@@ -6,7 +6,7 @@
     python bench/fit_accuracy.py --device cuda --cases cases.json --out results.json   # on a GPU
     python bench/fit_accuracy.py --report results.json [--db KB]  # compare; record validations in a KB
 
-- ours: `advisor fit`'s prediction (advisor/measuring/prediction.py): the tensor peak, and the total with the
+- ours: `advisor fit`'s prediction (advisor/measuring/tracer/engine.py): the tensor peak, and the total with the
   overheads of rules/fit.toml;
 - accelerate: `accelerate estimate-memory`'s "Training using Adam" for the model's parameter bytes
   (parameters only, no activations);
@@ -116,8 +116,8 @@ def spec_of(model: str, preset_or_family: str, seq: int | None, dtype: str, devi
     """A measure.prediction.Spec for a reference model at a preset, or a fixture's published config."""
     from transformers import AutoConfig
 
-    from advisor.measuring.families import family
-    from advisor.measuring.prediction import Spec
+    from advisor.measuring.model.families import family
+    from advisor.measuring.tracer.engine import Spec
     from advisor.rules import load_rules
 
     if (FIXTURES / model).is_dir():
@@ -185,7 +185,7 @@ def korthikanti(spec, n_params: int, optimizer: str, strategy: str, batch: int) 
 def cpu_bench() -> None:
     from realstep import real_step_peaks
 
-    from advisor.measuring.prediction import predict
+    from advisor.measuring.tracer.engine import predict
     from advisor.prediction.step import n_params
 
     rows = []
@@ -233,7 +233,7 @@ def print_table(rows: list[dict], truth: str, others=()) -> None:
 
 def prepare(path: Path) -> None:
     """advisor's predictions for the GPU cases (traced here, on the CPU), for a GPU machine to check."""
-    from advisor.measuring.prediction import predict
+    from advisor.measuring.tracer.engine import predict
     from advisor.prediction.step import n_params
 
     cases = []
@@ -311,8 +311,8 @@ def _id(c: dict) -> dict:
 def _cuda_group(model, preset, seq, batch, dtype, strategy, members) -> list[dict]:
     import torch
 
-    from advisor.measuring.optimizers import make_optimizer
-    from advisor.measuring.strategies import enable_checkpointing, uses_checkpointing
+    from advisor.measuring.recipe.optimizers import make_optimizer
+    from advisor.measuring.recipe.strategies import enable_checkpointing, uses_checkpointing
 
     spec = spec_of(model, preset, seq, dtype, "cuda")
     with torch.device("cuda"):

@@ -120,7 +120,7 @@ def deepspeed_states() -> list[dict]:
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-    from advisor.measuring.prediction import trace
+    from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
     from advisor.prediction.question import FitOptions, question
     from advisor.prediction.sharding import zero_states

@@ -17,11 +17,11 @@ import time
 
 import torch
 
-from advisor.measuring.config import GridCell, RunConfig
-from advisor.measuring.data import batches, load
-from advisor.measuring.monitor import Monitor
-from advisor.measuring.strategies import to_device
-from advisor.measuring.trainer import Trainer
+from advisor.measuring.data.corpus import batches, load
+from advisor.measuring.machine.monitor import Monitor
+from advisor.measuring.recipe.config import GridCell, RunConfig
+from advisor.measuring.recipe.strategies import to_device
+from advisor.measuring.training.trainer import Trainer
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
 

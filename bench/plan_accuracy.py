@@ -48,9 +48,9 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE
 }
 CALIBRATED = """
 import json, sys
-from advisor.measuring.config import RunConfig
-from advisor.measuring.plan import plan_cells
-from advisor.measuring.runner import plan_grid
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.planning.plan import plan_cells
+from advisor.measuring.grid.runner import plan_grid
 from advisor.model_ref import reference_models, resolve_model
 from advisor.rules import load_rules
 

@@ -22,8 +22,8 @@ def full_grid(seeds: int, epochs: int, dtype: str):
     """Every cell of the paper's grid, at the paper's epoch length per model."""
     from dataclasses import replace
 
-    from advisor.measuring.config import PAPER, RunConfig
-    from advisor.measuring.runner import plan_grid
+    from advisor.measuring.grid.runner import plan_grid
+    from advisor.measuring.recipe.config import PAPER, RunConfig
     from advisor.model_ref import reference_models
     from advisor.rules import load_rules
 
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=25)
     args = parser.parse_args()
 
-    from advisor.measuring.plan import hours, plan_cells
+    from advisor.measuring.planning.plan import hours, plan_cells
 
     configs, rules = full_grid(args.seeds, args.epochs, args.dtype)
     print(f"{len(configs)} cells ({args.dtype}, {args.epochs} epochs, {args.seeds} seeds)\n")

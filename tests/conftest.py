@@ -99,7 +99,7 @@ def rules():
 
 def cells(*configs, rules=None):
     """Run configurations as grid cells, each model resolved once (what measure.runner.plan_grid makes)."""
-    from advisor.measuring.config import GridCell
+    from advisor.measuring.recipe.config import GridCell
     from advisor.model_ref import resolve_model
     from advisor.places import shipped_rules_dir
     from advisor.rules import load_rules

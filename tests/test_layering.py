@@ -39,3 +39,29 @@ def test_the_traced_steps_vocabulary_imports_nothing_of_ours():
         in ("advisor", "measure")
     ]
     assert ours == []
+
+
+def _contract(name_starts: str) -> dict:
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["name"].startswith(name_starts))
+
+
+def test_every_wing_of_measuring_is_a_layer_of_its_contract():
+    """A new sub-folder or module of advisor/measuring/ is placed in the layers, never left outside them."""
+    contract = _contract("measuring's wings")
+    placed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    measuring = REPO / "advisor" / "measuring"
+    present = {p.stem for p in measuring.glob("*.py") if p.name != "__init__.py"}
+    present |= {p.name for p in measuring.iterdir() if (p / "__init__.py").exists()}
+    assert present == placed
+
+
+def test_no_folder_of_advisor_holds_more_than_a_dozen_modules():
+    """Issue 38: a folder past about twelve modules hides its jobs; split it into wings."""
+    folders = {}
+    for p in (REPO / "advisor").rglob("*.py"):
+        if p.name != "__init__.py" and "__pycache__" not in p.parts:
+            folders.setdefault(p.parent.relative_to(REPO).as_posix(), []).append(p.name)
+    assert {f: len(m) for f, m in folders.items() if len(m) > 12} == {}

@@ -44,7 +44,7 @@ def test_no_two_modules_share_a_name_across_advisor_and_measure():
 
 def test_no_family_dispatch_outside_the_family_modules():
     """What a family can do is declared by the family (rules/families.toml: its inputs; its module in
-    advisor/measuring/families/): no code elsewhere compares a family's name to decide."""
+    advisor/measuring/model/families/): no code elsewhere compares a family's name to decide."""
     names = "|".join(sorted(load_rules(str(shipped_rules_dir())).families))
     compared = rf"""(==|!=)\s*['"]({names})['"]"""
     member = rf"""\b(if|and|or|return|=)\s[^\n]*\bin\s*[(\[{{]\s*['"]({names})['"]"""

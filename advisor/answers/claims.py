@@ -19,7 +19,7 @@ from advisor.rules import Rules, read_rules_file
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
 NOT_COMPARABLE = "not comparable"  # the evidence was measured under another protocol than the claim's
 VERDICTS = (HOLDS, FAILS, UNKNOWN, NOT_COMPARABLE)
-# What each protocol holds equal, for a verdict that cannot compare two of them (advisor/measuring/protocol.py).
+# What each protocol holds equal, for a verdict that cannot compare two of them (advisor/measuring/training/protocol.py).
 PROTOCOL_MEANS = {
     "fair": "equal optimizer updates, held-out loss, tuned rates",
     "paper": "equal micro-batches, training loss, one rate",

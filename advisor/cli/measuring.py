@@ -208,8 +208,8 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
 def run_to_the_end(asked, grid, rules):
     """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130. The worker
     process starts before the bars do: it imports torch meanwhile, and writes nothing on this terminal."""
-    from advisor.measuring.isolation import start_server  # torch: the measurement side
-    from advisor.measuring.progress import reporter_for
+    from advisor.measuring.grid.isolation import start_server  # torch: the measurement side
+    from advisor.measuring.training.progress import reporter_for
 
     if asked.executor == "local" and grid.cells:
         start_server(rules)
@@ -226,7 +226,7 @@ def run_to_the_end(asked, grid, rules):
 
 
 def show_plan(plan, as_json: bool) -> None:
-    from advisor.measuring.plan import plan_view  # torch: the measurement side
+    from advisor.measuring.planning.plan import plan_view  # torch: the measurement side
 
     if as_json:
         echo_json(plan.as_dict())
@@ -237,8 +237,11 @@ def show_plan(plan, as_json: bool) -> None:
 def show_measured(measured, db, as_json: bool) -> None:
     """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON). A grid where no
     cell ended ok and some failed or crashed ends with a sentence and exit code 1."""
-    from advisor.measuring.progress import failure_causes, summary_table  # torch: the measurement side
-    from advisor.measuring.tuning import tuned_table
+    from advisor.measuring.grid.tuning import tuned_table
+    from advisor.measuring.training.progress import (  # torch: the measurement side
+        failure_causes,
+        summary_table,
+    )
 
     if as_json:
         echo_json(measured.as_dict())
@@ -256,7 +259,7 @@ def show_measured(measured, db, as_json: bool) -> None:
 def closing_lines(measured, db) -> str:
     """What a finished grid says last: the order's seed, the shard, one line per cause of failure, how many
     ended ok, where, and what to ask (when there is something to ask about)."""
-    from advisor.measuring.progress import counted, failure_causes  # torch: the measurement side
+    from advisor.measuring.training.progress import counted, failure_causes  # torch: the measurement side
 
     grid, results = measured.grid, measured.results
     lines = [f"Cell order shuffled with --order-seed {measured.ran.order_seed} (recorded with every run)."]
@@ -300,7 +303,7 @@ def _measured_group(grid, results, db) -> str:
 
 def nothing_measured_sentence(measured) -> str:
     """Why the command exits 1: no cell was measured; what to do, and where the tracebacks are."""
-    from advisor.measuring.progress import counted  # torch: the measurement side
+    from advisor.measuring.training.progress import counted  # torch: the measurement side
 
     results = measured.results
     kept = any(r.run_id is not None for r in results)

@@ -49,7 +49,7 @@ from transformers import TrainerCallback
 from advisor.errors import KBError
 from advisor.kb import lease, store
 from advisor.kb.reader import USER_ID_OFFSET, group_ref
-from advisor.measuring.hardware import describe, pid_alive
+from advisor.measuring.machine.hardware import describe, pid_alive
 from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
 

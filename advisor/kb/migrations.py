@@ -24,7 +24,7 @@ MIGRATIONS_TABLE = "_sqlite_migrations"
 # `untrained`: the run ended without its held-out loss going below where it started (the fair protocol)
 STATUSES = ("ok", "oom", "diverged", "untrained", "failed", "running", "crashed")
 LEGACY_STATUSES = ("ok", "oom", "diverged", "failed", "running", "crashed")  # the CHECK of 0001-0007
-# How a run was measured: measure's protocols (advisor/measuring/protocol.py), or a Hugging Face Trainer run of the
+# How a run was measured: measure's protocols (advisor/measuring/training/protocol.py), or a Hugging Face Trainer run of the
 # user's (AdvisorCallback: their data, rate and schedule); runs that do not say: paper
 PROTOCOLS = ("fair", "paper", "trainer")
 PROTOCOLS_0008 = ("fair", "paper")  # the CHECK of 0008-0009

@@ -18,7 +18,7 @@ import torch
 from advisor.errors import InputError
 from advisor.kb import store
 from advisor.kb.store import Check
-from advisor.measuring.hardware import describe, resolve_device
+from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.places import resolve_write_path
 
 MATMUL = {"cuda": (4096, torch.bfloat16), "cpu": (1024, torch.float32)}  # side, dtype

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from advisor.errors import InputError
-from advisor.measuring.models import MARKER
+from advisor.measuring.model.builder import MARKER
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
@@ -83,14 +83,14 @@ def pretrain(
     place: an interrupted run leaves no half base); returns what advisor-base.json records."""
     import torch
 
-    from advisor.measuring.config import PRESET_DEFAULTS
-    from advisor.measuring.data import encoded, epoch_batches, generated_rows
-    from advisor.measuring.hardware import describe, resolve_device
-    from advisor.measuring.heldout import HeldOut
-    from advisor.measuring.models import build_model
-    from advisor.measuring.optimizers import make_optimizer
-    from advisor.measuring.strategies import train_step
-    from advisor.measuring.trainer import warmup_schedule
+    from advisor.measuring.data.corpus import encoded, epoch_batches, generated_rows
+    from advisor.measuring.machine.hardware import describe, resolve_device
+    from advisor.measuring.model.builder import build_model
+    from advisor.measuring.recipe.config import PRESET_DEFAULTS
+    from advisor.measuring.recipe.optimizers import make_optimizer
+    from advisor.measuring.recipe.strategies import train_step
+    from advisor.measuring.training.heldout import HeldOut
+    from advisor.measuring.training.trainer import warmup_schedule
 
     device = torch.device(resolve_device("auto"))
     built = build_model(model, preset, rules, seed=recipe.seed)

@@ -12,24 +12,27 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from advisor.errors import Error, InputError
-from advisor.measuring.config import GridCell, RunConfig
-from advisor.measuring.dataset import check_cells, resolve
-from advisor.measuring.deciding import CloseCall, close_calls, more_seeds
-from advisor.measuring.grid import GridRun, run_grid
-from advisor.measuring.hardware import resolve_device
-from advisor.measuring.optimizers import missing_package
-from advisor.measuring.plan import Plan, plan_cells
-from advisor.measuring.progress import Reporter, nothing_measured
-from advisor.measuring.runner import CellResult, plan_grid
-from advisor.measuring.shard import Shard, parse
-from advisor.measuring.tuning import Tuned, tune
+from advisor.measuring.grid.deciding import CloseCall, close_calls, more_seeds
+from advisor.measuring.grid.local import GridRun, run_grid
+from advisor.measuring.grid.runner import CellResult, plan_grid
+from advisor.measuring.grid.shard import Shard, parse
+from advisor.measuring.grid.tuning import Tuned, tune
+from advisor.measuring.machine.hardware import resolve_device
+from advisor.measuring.planning.plan import Plan, plan_cells
+from advisor.measuring.recipe.config import GridCell, RunConfig
+from advisor.measuring.recipe.optimizers import missing_package
+from advisor.measuring.training.dataset import check_cells, resolve
+from advisor.measuring.training.progress import Reporter, nothing_measured
 from advisor.model_ref import ResolvedModel
 from advisor.places import resolve_write_path, user_dir
 from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.rules import Rules
 
 EXECUTORS = ("local", "ray")
-MEASURED_DTYPES = ("fp32", "bf16-mixed")  # what the trainer runs (advisor/measuring/strategies.py: autocast)
+MEASURED_DTYPES = (
+    "fp32",
+    "bf16-mixed",
+)  # what the trainer runs (advisor/measuring/recipe/strategies.py: autocast)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +114,7 @@ class MeasureRequest:
         """An adapter strategy fine-tunes pretrained weights: refused for a model built at random, where
         adapters on a random base would measure nothing a fine-tune meets, and with an optimizer that does not
         train adapters (rules/optimizers.toml `adapters`)."""
-        from advisor.measuring.models import has_weights
+        from advisor.measuring.model.builder import has_weights
 
         asked = [s for s in self.strategies if s in rules.adapters]
         for name in self.optimizers if asked else ():
@@ -193,7 +196,7 @@ class MeasureRequest:
 
     def _runner(self, path: Path, rules: Rules, reporter: Reporter) -> Callable[[list[GridCell]], GridRun]:
         if self.executor == "ray":
-            from advisor.measuring.cluster import (
+            from advisor.measuring.grid.cluster import (
                 run_grid_ray,  # Ray is an extra, imported only when asked for
             )
 

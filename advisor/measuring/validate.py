@@ -21,21 +21,21 @@ import torch
 from advisor.errors import InputError
 from advisor.kb import store
 from advisor.kb.store import Check
-from advisor.measuring import strategies
-from advisor.measuring.config import RunConfig
-from advisor.measuring.data import batches, load
-from advisor.measuring.families.base import IGNORE
-from advisor.measuring.hardware import describe, resolve_device
-from advisor.measuring.models import build_model, reference_shape
-from advisor.measuring.monitor import Monitor
-from advisor.measuring.optimizers import (
+from advisor.measuring.data.corpus import batches, load
+from advisor.measuring.data.tokenizer import PAD
+from advisor.measuring.machine.hardware import describe, resolve_device
+from advisor.measuring.machine.monitor import Monitor
+from advisor.measuring.model.builder import build_model, reference_shape
+from advisor.measuring.model.families.base import IGNORE
+from advisor.measuring.recipe import strategies
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.recipe.optimizers import (
     DEFAULT_LR,
     ConjugateGradient,
     make_optimizer,
     minimize_quadratic,
     quadratic,
 )
-from advisor.measuring.tokenizer import PAD
 from advisor.model_ref import ResolvedModel, reference_model, reference_models
 from advisor.places import resolve_write_path
 from advisor.rules import Rules

@@ -1,3 +1,3 @@
 """`advisor fit`'s torch-free side: the question, the traced step's vocabulary and arithmetic, the cache of
 predictions, the answer and the code to run it. The tracer itself is the measurement side's
-(advisor/measuring/prediction.py), passed in by the caller."""
+(advisor/measuring/tracer/engine.py), passed in by the caller."""

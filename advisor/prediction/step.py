@@ -1,4 +1,4 @@
-"""The vocabulary of a traced training step, and its arithmetic: what `measure.prediction` records of a step
+"""The vocabulary of a traced training step, and its arithmetic: what `advisor.measuring.tracer.engine` records of a step
 (a payload) and what the answer side reads from it at any micro-batch and depth, without torch.
 
 A payload holds, per phase of the step (forward, backward, optimizer step) and per traced depth point,

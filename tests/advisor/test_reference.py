@@ -81,7 +81,7 @@ def test_every_grid_rate_was_tuned_at_the_cells_own_effective_batch_and_lies_ins
     (accumulation with accumulation, checkpointing with a plain step, LoRA with its adapters: rules/protocol.toml
     [tuning.with]), and no chosen rate sits on the edge of the rates tried, but Muon's on ViT (docs/measuring.md:
     a bound)."""
-    from advisor.measuring.tuning import tuning_strategy
+    from advisor.measuring.grid.tuning import tuning_strategy
 
     tuned = defaultdict(set)  # (model, preset, optimizer, strategy tuned with) -> rates tried
     for r in figures(

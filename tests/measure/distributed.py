@@ -1,5 +1,5 @@
 """Real training steps of N ranks on this CPU over gloo (torch.multiprocessing on 127.0.0.1): FSDP2 as
-`advisor/measuring/fsdp.py` wraps a model (fully_shard on every block and on the root) or DDP, full fine-tuning or
+`advisor/measuring/tracer/fsdp.py` wraps a model (fully_shard on every block and on the root) or DDP, full fine-tuning or
 LoRA, and every rank's peak of live tensor bytes in its second step by PyTorch's MemTracker: the truth
 `advisor fit --gpu cpu --gpus N` is checked against (tests/measure/test_sharding.py)."""
 
@@ -52,10 +52,10 @@ def _rank(rank, world, folder, sharding, adapter, batch, seq_len, port, out) -> 
     import torch.distributed as dist
     from transformers import AutoConfig
 
-    from advisor.measuring.adapters import adapted
-    from advisor.measuring.families import family
-    from advisor.measuring.fsdp import blocks
-    from advisor.measuring.optimizers import make_optimizer
+    from advisor.measuring.model.adapters import adapted
+    from advisor.measuring.model.families import family
+    from advisor.measuring.recipe.optimizers import make_optimizer
+    from advisor.measuring.tracer.fsdp import blocks
     from advisor.prediction.step import Adapter
     from advisor.rules import load_rules
 

@@ -22,10 +22,10 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from advisor.measuring.adapters import Gemm4bitDecomposed, adapted
-from advisor.measuring.optimizers import make_optimizer
-from advisor.measuring.prediction import Spec, _has_experts, autocast, cuda_kernels, precision
-from advisor.measuring.strategies import checkpointing_of, enable_checkpointing
+from advisor.measuring.model.adapters import Gemm4bitDecomposed, adapted
+from advisor.measuring.recipe.optimizers import make_optimizer
+from advisor.measuring.recipe.strategies import checkpointing_of, enable_checkpointing
+from advisor.measuring.tracer.engine import Spec, _has_experts, autocast, cuda_kernels, precision
 
 COMPILED = ("adamw_torch_8bit", "adamw_torch_4bit")  # torchao's steps: checked by the allocator's peak only
 _SAVED: dict[str, Path] = {}  # config -> a folder of saved weights, for from_pretrained's quantized load

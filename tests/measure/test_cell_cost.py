@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.measuring import tensors
-from advisor.measuring.config import GridCell, RunConfig
-from advisor.measuring.grid import run_grid
-from advisor.measuring.hardware import resolve_device
-from advisor.measuring.runner import plan_grid
-from advisor.measuring.trainer import Trainer
+from advisor.measuring.grid.local import run_grid
+from advisor.measuring.grid.runner import plan_grid
+from advisor.measuring.machine.hardware import resolve_device
+from advisor.measuring.recipe.config import GridCell, RunConfig
+from advisor.measuring.training import tensors
+from advisor.measuring.training.trainer import Trainer
 from advisor.model_ref import resolve_model
 from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
@@ -78,14 +78,14 @@ def test_a_cell_builds_every_grid_optimizer_from_what_the_fork_server_imported()
     import subprocess
     import sys
 
-    from advisor.measuring.isolation import preload
+    from advisor.measuring.grid.isolation import preload
 
     optimizers = sorted({o for spec in RULES.families.values() for o in spec.grid_optimizers})
     code = f"""
 import importlib, json, sys, torch
 for m in {preload(RULES)!r}:
     importlib.import_module(m)
-from advisor.measuring.optimizers import make_optimizer
+from advisor.measuring.recipe.optimizers import make_optimizer
 before = set(sys.modules)
 for name in {optimizers!r}:
     make_optimizer(name, torch.nn.Linear(4, 4).parameters(), 1e-3, model=torch.nn.Linear(4, 4))

@@ -10,9 +10,9 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from advisor.measuring.cluster import run_grid_ray
-from advisor.measuring.config import RunConfig
-from advisor.measuring.progress import Reporter
+from advisor.measuring.grid.cluster import run_grid_ray
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.training.progress import Reporter
 
 from ..conftest import RULES, grid
 from .processes import advisor, query, runs
@@ -117,7 +117,7 @@ def _count(db, where: str) -> int:
 
 
 def test_a_cell_asks_for_a_gpu_the_cluster_lacks(connected, tmp_path):
-    from advisor.measuring.cluster import ClusterError
+    from advisor.measuring.grid.cluster import ClusterError
 
     with pytest.raises(ClusterError, match="no GPU"):
         run_grid_ray(

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from advisor.measuring import dataset
-from advisor.measuring.config import RunConfig
-from advisor.measuring.dataset import MMIMDB_REPO, MMIMDB_REVISION
-from advisor.measuring.families import family
-from advisor.measuring.families.base import Sizes
+from advisor.measuring.model.families import family
+from advisor.measuring.model.families.base import Sizes
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.training import dataset
+from advisor.measuring.training.dataset import MMIMDB_REPO, MMIMDB_REVISION
 
 from ..conftest import RULES, one_cell, ref
 
@@ -131,7 +131,7 @@ def test_a_jsonl_corpus_and_an_image_folder_train_through_the_grid_as_their_own_
 def test_a_captioned_image_folder_trains_the_vlm_and_the_text_families_read_its_captions(tmp_path):
     from PIL import Image
 
-    from advisor.measuring.runner import train_cell
+    from advisor.measuring.grid.runner import train_cell
 
     folder = tmp_path / "captioned"
     folder.mkdir()
@@ -158,7 +158,7 @@ def cell(model: str, choice, **fields) -> RunConfig:
 def test_mmimdb_is_pinned_and_read_from_the_cache_through_the_path_a_download_takes(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
-    from advisor.measuring.runner import train_cell
+    from advisor.measuring.grid.runner import train_cell
 
     snapshot = write_mmimdb_snapshot(tmp_path / "hub")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -212,7 +212,7 @@ def tiny_llama_with_tokenizer(folder: Path, texts: list[str]) -> Path:
 
 
 def test_a_model_that_carries_a_tokenizer_trains_with_it(tmp_path):
-    from advisor.measuring.runner import train_cell
+    from advisor.measuring.grid.runner import train_cell
 
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
@@ -226,7 +226,7 @@ def test_a_model_that_carries_a_tokenizer_trains_with_it(tmp_path):
 
 
 def test_seq_len_and_image_size_build_reference_models_to_them_and_refuse_what_a_model_cannot_take(tmp_path):
-    from advisor.measuring.models import sized_reference, sized_user_config
+    from advisor.measuring.model.builder import sized_reference, sized_user_config
 
     config, shape = sized_reference(
         family("vision", RULES), "tiny", Sizes(image_size=48, num_labels=5), RULES
@@ -441,8 +441,8 @@ def test_generated_data_keeps_the_cell_keys_of_runs_measured_before_data_existed
     from dataclasses import replace
 
     from advisor.kb.identity import cell_key
-    from advisor.measuring.config import RunConfig
-    from advisor.measuring.dataset import resolve
+    from advisor.measuring.recipe.config import RunConfig
+    from advisor.measuring.training.dataset import resolve
 
     before = RunConfig(preset="tiny").resolved()
     after = replace(before, **resolve("generated").config_fields())
@@ -452,8 +452,8 @@ def test_generated_data_keeps_the_cell_keys_of_runs_measured_before_data_existed
 def test_the_same_data_at_another_path_or_after_a_fallback_is_the_same_cell(tmp_path):
     from dataclasses import replace
 
-    from advisor.measuring.config import RunConfig
-    from advisor.measuring.dataset import DataChoice, resolve
+    from advisor.measuring.recipe.config import RunConfig
+    from advisor.measuring.training.dataset import DataChoice, resolve
 
     first, second = tmp_path / "a" / "corpus.jsonl", tmp_path / "b" / "corpus.jsonl"
     for path in (first, second):

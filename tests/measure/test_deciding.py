@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.measuring.config import RunConfig
-from advisor.measuring.deciding import CloseCall, _of, more_seeds
+from advisor.measuring.grid.deciding import CloseCall, _of, more_seeds
+from advisor.measuring.recipe.config import RunConfig
 from tests.conftest import RULES, grid, measured_run
 
 MAX = RULES.protocol["deciding"]["max_seeds"]
@@ -63,8 +63,8 @@ def test_close_calls_are_read_from_the_group_the_cells_wrote(tmp_path):
     """Three seeds a pair, the runner-up's loss higher by 6 % on average but spread: neither separated nor
     equivalent, and a few seeds more would decide it; a group of other data in the same KB is not read."""
     from advisor.kb.store import open_for_writing, write_runs
-    from advisor.measuring.deciding import close_calls
-    from advisor.measuring.hardware import describe, resolve_device
+    from advisor.measuring.grid.deciding import close_calls
+    from advisor.measuring.machine.hardware import describe, resolve_device
 
     hardware = describe(resolve_device("cpu"))["hardware"]
 

@@ -8,11 +8,11 @@ import pytest
 
 from advisor.answers.recommendation import recommend
 from advisor.kb.migrations import STATUSES
-from advisor.measuring import config, optimizers, strategies
-from advisor.measuring.config import RunConfig
-from advisor.measuring.families import UnknownFamily, family, registered
-from advisor.measuring.grid import run_grid
-from advisor.measuring.runner import plan_grid
+from advisor.measuring.grid.local import run_grid
+from advisor.measuring.grid.runner import plan_grid
+from advisor.measuring.model.families import UnknownFamily, family, registered
+from advisor.measuring.recipe import config, optimizers, strategies
+from advisor.measuring.recipe.config import RunConfig
 from advisor.places import shipped_kb_path, shipped_rules_dir
 from advisor.rules import load_rules
 
@@ -50,7 +50,8 @@ def test_an_unknown_family_is_an_error(tmp_path):
         (custom / f.name).write_text(f.read_text())
     text = (custom / "families.toml").read_text()
     (custom / "families.toml").write_text(
-        'families.speech = { module = "advisor.measuring.families.decoder", inputs = ["text"] }\n' + text
+        'families.speech = { module = "advisor.measuring.model.families.decoder", inputs = ["text"] }\n'
+        + text
     )
     with pytest.raises(UnknownFamily, match="registers no family called 'speech'"):
         family("speech", load_rules(str(custom)))
@@ -58,10 +59,10 @@ def test_an_unknown_family_is_an_error(tmp_path):
 
 TOY_FAMILY = '''
 """A throw-away family for the test: GPT-2 at a tiny size, trained on the decoder family's data."""
-from advisor.measuring.families import register
-from advisor.measuring.families.base import Shape
-from advisor.measuring.families.decoder import Decoder
-from advisor.measuring.tokenizer import BYTE_VOCAB, SPECIAL_IDS
+from advisor.measuring.model.families import register
+from advisor.measuring.data.shape import Shape
+from advisor.measuring.model.families.decoder import Decoder
+from advisor.measuring.data.tokenizer import BYTE_VOCAB, SPECIAL_IDS
 
 
 @register

@@ -163,7 +163,7 @@ def test_answers_flag_evidence_that_mixes_settings(tmp_path, invoke, measure_tin
 
 def test_the_fork_server_dies_with_its_grid_even_while_it_imports(tmp_path):
     """kill -9 of `advisor measure` while its fork server still imports torch: the server goes at once
-    (advisor.measuring.orphans), instead of importing on for minutes holding the caller's pipes."""
+    (advisor.measuring.machine.orphans), instead of importing on for minutes holding the caller's pipes."""
     import time
 
     import psutil

@@ -17,11 +17,11 @@ import pytest
 
 from advisor.errors import KBError
 from advisor.kb.store import FINAL
-from advisor.measuring import isolation
-from advisor.measuring.config import RunConfig
-from advisor.measuring.grid import run_grid, run_order
-from advisor.measuring.hardware import pid_alive
-from advisor.measuring.progress import ForwardingReporter, Reporter, replay
+from advisor.measuring.grid import isolation
+from advisor.measuring.grid.local import run_grid, run_order
+from advisor.measuring.machine.hardware import pid_alive
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.training.progress import ForwardingReporter, Reporter, replay
 from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
 
@@ -149,8 +149,8 @@ FAULTY_FAMILY = '''
 import os
 
 from advisor.errors import KBError
-from advisor.measuring.families import register
-from advisor.measuring.families.decoder import Decoder
+from advisor.measuring.model.families import register
+from advisor.measuring.model.families.decoder import Decoder
 
 
 @register

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.measuring.isolation import STARTING
+from advisor.measuring.grid.isolation import STARTING
 from advisor.places import user_rules_dir
 
 from .processes import runs
@@ -25,8 +25,8 @@ import logging
 import os
 import warnings
 
-from advisor.measuring.families import register
-from advisor.measuring.families.decoder import Decoder
+from advisor.measuring.model.families import register
+from advisor.measuring.model.families.decoder import Decoder
 
 _warned = False
 

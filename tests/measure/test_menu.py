@@ -8,8 +8,15 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from advisor.measuring.families import family
-from advisor.measuring.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
+from advisor.measuring.model.families import family
+from advisor.measuring.tracer.engine import (
+    Spec,
+    at_depth,
+    depth_knobs,
+    predict,
+    trace_optimizers,
+    trace_window,
+)
 from advisor.prediction.step import Adapter, host_bytes, n_params, step_flops, tensor_peak, trainable
 
 from ..conftest import RULES
@@ -228,7 +235,7 @@ def test_every_kind_of_block_is_traced_and_the_composite_equals_a_full_trace():
 
 
 def test_the_mixtral_8x7b_config_counts_its_published_parameters():
-    from advisor.measuring.prediction import parameter_count
+    from advisor.measuring.tracer.engine import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / "Mixtral-8x7B-v0.1")
     assert parameter_count(Spec(config, family("decoder", RULES), 8, None, "bf16")) == 46_702_792_704

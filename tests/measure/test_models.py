@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from advisor.measuring.models import build_model
+from advisor.measuring.model.builder import build_model
 from advisor.model_ref import resolve_model
 
 from ..conftest import RULES, ref
@@ -23,7 +23,7 @@ def test_presets_build(model, family):
 
 def test_paper_preset_configs_are_the_papers_models():
     """The real sizes, checked on the configs (building 1B parameters here would take minutes)."""
-    from advisor.measuring.families import family
+    from advisor.measuring.model.families import family
 
     vit, _ = family("vision", RULES).reference_config("paper")
     assert (vit.hidden_size, vit.num_hidden_layers, vit.patch_size, vit.image_size) == (768, 12, 16, 224)

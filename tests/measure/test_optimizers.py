@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from advisor.measuring.optimizers import (
+from advisor.measuring.recipe.optimizers import (
     OPTIMIZERS,
     ConjugateGradient,
     make_optimizer,

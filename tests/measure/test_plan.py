@@ -7,8 +7,8 @@ import json
 import pytest
 
 from advisor.errors import InputError
-from advisor.measuring.config import RunConfig
-from advisor.measuring.plan import lpt_makespan, plan_cells
+from advisor.measuring.planning.plan import lpt_makespan, plan_cells
+from advisor.measuring.recipe.config import RunConfig
 from advisor.places import user_kb_path
 
 from ..conftest import cells as grid_cells
@@ -180,7 +180,7 @@ def test_a_calibration_times_this_machine_only(rules):
 
 def test_a_makespan_on_more_workers_than_cells_is_that_of_one_worker_each():
     """--workers 99999999999 is an answer, not a MemoryError: the idle workers are never allocated."""
-    from advisor.measuring.plan import lpt_makespan
+    from advisor.measuring.planning.plan import lpt_makespan
 
     costs = [5.0, 3.0, 2.0]
     assert lpt_makespan(costs, 99_999_999_999) == lpt_makespan(costs, 3) == 5.0

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig
 
-from advisor.measuring.families import family
-from advisor.measuring.prediction import Spec, at_depth, depth_knobs, predict, trace_optimizers, trace_window
+from advisor.measuring.model.families import family
+from advisor.measuring.tracer.engine import (
+    Spec,
+    at_depth,
+    depth_knobs,
+    predict,
+    trace_optimizers,
+    trace_window,
+)
 from advisor.prediction.step import n_params, step_flops, tensor_peak
 from advisor.rules import load_rules
 
@@ -97,7 +104,7 @@ def test_the_composite_of_shallow_traces_equals_a_full_trace(name):
     ],
 )
 def test_published_configs_give_published_parameter_counts(folder, name, expected):
-    from advisor.measuring.prediction import parameter_count
+    from advisor.measuring.tracer.engine import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / folder)
     assert parameter_count(Spec(config, family(name, RULES), 8, None, "bf16")) == expected

@@ -31,7 +31,7 @@ def test_a_base_is_a_model_folder_with_its_recipe_and_a_falling_loss(base):
 
 
 def test_the_pretraining_corpus_holds_only_its_genres():
-    from advisor.measuring.data import GENRES, _generated
+    from advisor.measuring.data.corpus import GENRES, _generated
 
     held = set(_generated(500, 20011, genres=12)["label"])
     assert held <= set(range(12)) and len(held) == 12
@@ -49,8 +49,8 @@ def test_lora_trains_its_adapters_on_a_frozen_base_and_full_fine_tuning_every_we
     import torch
     from safetensors.torch import load_file
 
-    from advisor.measuring.config import RunConfig
-    from advisor.measuring.trainer import Trainer
+    from advisor.measuring.recipe.config import RunConfig
+    from advisor.measuring.training.trainer import Trainer
     from tests.conftest import one_cell
 
     out, _ = base
@@ -79,7 +79,7 @@ def test_lora_trains_its_adapters_on_a_frozen_base_and_full_fine_tuning_every_we
 
 
 def test_only_a_lora_cell_records_the_adapters_settings_so_other_cells_keep_their_keys():
-    from advisor.measuring.config import RunConfig
+    from advisor.measuring.recipe.config import RunConfig
 
     plain = RunConfig(model="llama", preset="tiny", optimizer="adamw")
     assert "lora_r" not in plain.as_dict() and "lora_alpha" not in plain.as_dict()
@@ -154,7 +154,7 @@ def test_a_base_record_that_is_not_plain_data_is_left_out(base, tmp_path):
     """advisor-base.json comes from a folder: only short plain values reach a run's config."""
     import shutil
 
-    from advisor.measuring.models import base_record
+    from advisor.measuring.model.builder import base_record
     from tests.conftest import ref
 
     out, _ = base

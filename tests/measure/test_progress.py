@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from advisor.measuring.config import RunConfig
-from advisor.measuring.progress import (
+from advisor.measuring.grid.runner import CellResult
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.training.progress import (
     ForwardingReporter,
     PlainReporter,
     RichReporter,
@@ -20,7 +21,6 @@ from advisor.measuring.progress import (
     replay,
     reporter_for,
 )
-from advisor.measuring.runner import CellResult
 
 CFG = RunConfig(model="llama", preset="tiny", optimizer="adam", epochs=2)
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.measuring.config import RunConfig
-from advisor.measuring.protocol import TargetClock, Untrained, check_trained, contended
-from advisor.measuring.runner import train_cell
+from advisor.measuring.grid.runner import train_cell
+from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.training.protocol import TargetClock, Untrained, check_trained, contended
 
 from ..conftest import RULES, one_cell, ref
 
@@ -35,16 +35,16 @@ def test_held_out_loss_is_evaluated_before_training_and_after_every_epoch():
 
 
 def test_the_held_out_set_is_the_same_for_every_seed_and_never_trained_on():
-    from advisor.measuring.data import _generated, load_heldout
-    from advisor.measuring.families import family
-    from advisor.measuring.models import reference_shape
+    from advisor.measuring.data.corpus import _generated, load_heldout
+    from advisor.measuring.model.builder import reference_shape
+    from advisor.measuring.model.families import family
 
     fam, shape = reference_shape(ref("llama"), "tiny", RULES)
     a, _ = load_heldout(fam, shape, 8)
     b, _ = load_heldout(fam, shape, 8)
     assert [list(x) for x in a["ids"]] == [list(x) for x in b["ids"]]
     train_plots = set(_generated(64, 0)["plot"])
-    from advisor.measuring.data import EVAL_SEED
+    from advisor.measuring.data.corpus import EVAL_SEED
 
     held_plots = _generated(8, EVAL_SEED)["plot"]
     assert family("decoder", RULES) is fam and not train_plots >= set(held_plots)
@@ -188,7 +188,7 @@ def test_each_rate_is_tuned_with_the_strategy_that_makes_the_cells_update():
     """Checkpointing computes a plain step's update and shares its rate; accumulation (and checkpointing with
     it) is tuned at its own k-times larger batch; the equal-samples arm, k times fewer of those updates, on
     its own (issue 22: a rate tuned at one batch and reused at 4x decides the comparison)."""
-    from advisor.measuring.tuning import tuning_key
+    from advisor.measuring.grid.tuning import tuning_key
 
     with_ = {
         s: tuning_key(replace(TINY, model="llama", optimizer="adam", strategy=s), RULES).strategy
@@ -211,8 +211,8 @@ def fake_tuning(db, best: dict[str, float], tried: list):
     import math
 
     from advisor.kb import store
-    from advisor.measuring.hardware import describe, resolve_device
-    from advisor.measuring.runner import TUNING_SOURCE
+    from advisor.measuring.grid.runner import TUNING_SOURCE
+    from advisor.measuring.machine.hardware import describe, resolve_device
 
     store.open_for_writing(db).close()
 
@@ -250,8 +250,8 @@ def fake_tuning(db, best: dict[str, float], tried: list):
 def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_inside(tmp_path):
     """--tune-lr on a held-out loss whose best rate lies two grid steps above the top of the grid: the grid
     grows a step at a time past that edge, and the rate chosen is inside what was tried."""
-    from advisor.measuring.config import GridCell
-    from advisor.measuring.tuning import rates, tune, tuning_key
+    from advisor.measuring.grid.tuning import rates, tune, tuning_key
+    from advisor.measuring.recipe.config import GridCell
 
     db = tmp_path / "tuning.sqlite"
     cell = GridCell(RunConfig(model="llama", preset="tiny", optimizer="sgd", device="cpu"), ref("llama"))
@@ -269,8 +269,8 @@ def test_a_rate_chosen_at_the_edge_of_the_grid_extends_it_until_the_best_lies_in
 def test_every_optimizer_tries_as_many_rates_and_muons_adamw_part_takes_adamws_rate(tmp_path):
     """Muon's best lies two steps above its grid (extended to 8 rates), AdamW's inside (5): AdamW is widened
     to 8 too, alternately above and below, and Muon's runs train their AdamW part at AdamW's choice."""
-    from advisor.measuring.config import GridCell
-    from advisor.measuring.tuning import rates, tune, tuning_key
+    from advisor.measuring.grid.tuning import rates, tune, tuning_key
+    from advisor.measuring.recipe.config import GridCell
 
     db = tmp_path / "tuning.sqlite"
     cells = [
@@ -297,8 +297,8 @@ def test_accumulation_is_tuned_at_its_own_batch_from_the_plain_steps_choice(tmp_
     """An accumulation cell's rate: the plain step's grid first (its choice is where accumulation starts),
     then accumulation's own runs at the rates within `around` steps of that choice, extended past the top
     where its best lies higher (a 4x batch takes a larger rate); the cell runs at accumulation's rate."""
-    from advisor.measuring.config import GridCell
-    from advisor.measuring.tuning import rates, tune, tuning_key
+    from advisor.measuring.grid.tuning import rates, tune, tuning_key
+    from advisor.measuring.recipe.config import GridCell
 
     cfg = RunConfig(model="llama", preset="tiny", optimizer="sgd", strategy="accumulation", device="cpu")
     grid = rates(tuning_key(replace(cfg, strategy="standard"), RULES), RULES)  # 0.01 ... 1
@@ -319,10 +319,10 @@ def test_a_tuning_run_that_trained_on_another_host_is_not_repeated_but_its_grid_
     chooses from what another host's runs found and claims none of them again; a grid run (its times are
     the host's) and a tuning run that ran out of memory there are this host's to run."""
     from advisor.kb import lease, store
-    from advisor.measuring.config import GridCell
-    from advisor.measuring.history import cells_done
-    from advisor.measuring.runner import TUNING_SOURCE
-    from advisor.measuring.tuning import _choose, rates, tuning_key
+    from advisor.measuring.grid.runner import TUNING_SOURCE
+    from advisor.measuring.grid.tuning import _choose, rates, tuning_key
+    from advisor.measuring.planning.history import cells_done
+    from advisor.measuring.recipe.config import GridCell
 
     db = tmp_path / "t.sqlite"
     key = tuning_key(GridCell(replace(TINY, model="llama", optimizer="sgd"), ref("llama")).config, RULES)

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from advisor.kb.store import rebuild_summaries
-from advisor.measuring.config import RunConfig
-from advisor.measuring.grid import run_grid
+from advisor.measuring.grid.local import run_grid
+from advisor.measuring.recipe.config import RunConfig
 from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
 
@@ -172,7 +172,7 @@ def test_final_outcomes_are_skipped_and_failures_retried(tmp_path):
 
 
 def test_epoch_time_is_the_post_warm_up_rate_over_the_whole_epoch(tmp_path):
-    from advisor.measuring.trainer import epoch_wall
+    from advisor.measuring.training.trainer import epoch_wall
 
     assert epoch_wall(5.0, steps=6, warm_steps=1) == pytest.approx(6.0)  # 5 timed steps, scaled to 6
     assert epoch_wall(5.0, steps=6, warm_steps=0) == 5.0

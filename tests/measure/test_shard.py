@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from advisor.measuring.config import RunConfig
-from advisor.measuring.runner import plan_grid
-from advisor.measuring.shard import Shard, ShardError, from_slurm, parse
+from advisor.measuring.grid.runner import plan_grid
+from advisor.measuring.grid.shard import Shard, ShardError, from_slurm, parse
+from advisor.measuring.recipe.config import RunConfig
 
 from ..conftest import RULES, TINY_VIT, ref
 from .processes import runs

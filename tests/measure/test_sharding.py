@@ -69,7 +69,7 @@ def test_zeros_model_states_are_deepspeeds_own_estimate():
     zero3_estimate = pytest.importorskip(
         "deepspeed.runtime.zero.stage3"
     ).estimate_zero3_model_states_mem_needs
-    from advisor.measuring.prediction import trace
+    from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
     from advisor.prediction.question import FitOptions, question
     from advisor.prediction.sharding import zero_states
@@ -254,7 +254,7 @@ def test_recommend_takes_the_same_options_and_refuses_the_same_input(invoke, arg
 def test_a_sharded_trace_knows_its_root_and_a_ranks_gradient_bytes(llama, tmp_path):
     """FSDP2 renames a block's class (FSDPLlamaDecoderLayer): the root is still what lies outside the blocks,
     and a gradient's bytes per parameter are its dtype's (fp32: 4), not scaled by the ranks."""
-    from advisor.measuring.prediction import trace
+    from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
     from advisor.prediction.question import FitOptions, question
     from advisor.prediction.sharding import basis

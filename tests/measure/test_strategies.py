@@ -5,7 +5,7 @@ gradient as one big batch (padded sequences of unequal length included). The hel
 import pytest
 import torch
 
-from advisor.measuring.models import build_model
+from advisor.measuring.model.builder import build_model
 from advisor.measuring.validate import concat_window, grads_after, micro_window
 
 from ..conftest import RULES, ref

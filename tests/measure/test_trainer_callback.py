@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from advisor.integrations.transformers import AdvisorCallback  # noqa: E402
-from advisor.measuring.models import build_model  # noqa: E402
+from advisor.measuring.model.builder import build_model  # noqa: E402
 
 from ..conftest import RULES, ref  # noqa: E402
 from .processes import query, runs, wait_for  # noqa: E402
@@ -269,7 +269,7 @@ def test_a_trainer_that_starts_over_after_running_out_of_memory_records_both_att
 SCRIPT = """
 import sys, time, torch, transformers
 from advisor.integrations.transformers import AdvisorCallback
-from advisor.measuring.models import build_model
+from advisor.measuring.model.builder import build_model
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
 
@@ -321,7 +321,7 @@ def test_an_uncaught_exception_fails_the_run_with_its_sentence(tmp_path):
 @pytest.mark.slow
 def test_a_killed_run_keeps_its_logs_and_the_next_writer_ends_it(tmp_path):
     from advisor.kb import lease, store
-    from advisor.measuring.hardware import pid_alive
+    from advisor.measuring.machine.hardware import pid_alive
 
     db = tmp_path / "mine.sqlite"
     proc = script(tmp_path, db, "hang")

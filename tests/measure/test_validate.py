@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from advisor.measuring import strategies
+from advisor.measuring.recipe import strategies
 
 from ..conftest import RULES, ref
 
@@ -99,7 +99,7 @@ def test_the_grids_cgd_descends_on_every_minibatch_and_converges():
     ],
 )
 def test_the_stochastic_cgd_check_fails_without_a_line_search(options):
-    from advisor.measuring.optimizers import ConjugateGradient
+    from advisor.measuring.recipe.optimizers import ConjugateGradient
     from advisor.measuring.validate import check_cgd_stochastic
 
     check = check_cgd_stochastic(lambda params: ConjugateGradient(params, **options))

@@ -1,4 +1,4 @@
-"""A cold trace's stages on forked workers (advisor/measuring/workers.py): the same payloads as one process,
+"""A cold trace's stages on forked workers (advisor/measuring/tracer/workers.py): the same payloads as one process,
 errors that cross, workers that die with their parent; a sharded window warmed on a shallow copy."""
 
 import os
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from advisor.errors import FitError
-from advisor.measuring import workers
+from advisor.measuring.tracer import workers
 
 from .distributed import tiny_llama
 
@@ -50,7 +50,7 @@ def test_workers_die_with_their_parent(tmp_path):
     script = textwrap.dedent(
         """
         import os, time
-        from advisor.measuring import workers
+        from advisor.measuring.tracer import workers
 
         def report_and_sleep(_item):
             with open(os.environ["PIDS"], "a") as f:
@@ -92,7 +92,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_a_trace_on_two_workers_is_the_one_on_one(tmp_path):
     """Every stage's payload, whichever process traced it and in whichever order, is the same."""
-    from advisor.measuring.prediction import trace
+    from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
     from advisor.prediction.question import FitOptions, question
     from advisor.rules import load_rules
@@ -123,8 +123,8 @@ def test_a_sharded_window_warmed_on_a_shallow_copy_is_the_one_warmed_at_another_
     trace of a neighbouring depth does (what lets a cold sharded window warm up at a fifth of its cost)."""
     from transformers import LlamaConfig
 
-    from advisor.measuring.families import family
-    from advisor.measuring.prediction import Spec, Tracer
+    from advisor.measuring.model.families import family
+    from advisor.measuring.tracer.engine import Spec, Tracer
     from advisor.rules import load_rules
 
     rules = load_rules()

@@ -1,0 +1,1 @@
+"""What one cell trains with, as configuration: the run config, the optimizers and the memory strategies."""
