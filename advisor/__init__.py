@@ -1,8 +1,9 @@
 """advisor: which optimizer and memory strategy for this transformer, under this constraint, from evidence.
 
-The Python API (advisor/api.py): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`, `advisor.pretrain(...)`,
-`advisor.open_kb(...)`, imported on first call so that `import advisor` (and the CLI) stays cheap. Every
-error they raise derives from `advisor.Error`.
+The Python API (advisor/api.py): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`,
+`advisor.plan(...)`, `advisor.pretrain(...)`, `advisor.open_kb(...)`, and the request objects each takes
+(`advisor.FitRequest`, `advisor.RecommendRequest`, `advisor.MeasureRequest`), imported on first use so that
+`import advisor` (and the CLI) stays cheap. Every error they raise derives from `advisor.Error`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def fit(*args, **kwargs):
     return api.fit(*args, **kwargs)
 
 
+def plan(*args, **kwargs):
+    """`advisor measure --plan` in Python: see advisor.api.plan."""
+    from advisor import api
+
+    return api.plan(*args, **kwargs)
+
+
 def measure(*args, **kwargs):
     """`advisor measure` in Python: see advisor.api.measure."""
     from advisor import api
@@ -38,6 +46,19 @@ def pretrain(*args, **kwargs):
     return api.pretrain(*args, **kwargs)
 
 
+def __getattr__(name: str):
+    """The request objects (`advisor.FitRequest`, `RecommendRequest`, `MeasureRequest`), imported on first use."""
+    if name in ("FitRequest", "RecommendRequest"):
+        from advisor import api
+
+        return getattr(api, name)
+    if name == "MeasureRequest":
+        from advisor.measuring.request import MeasureRequest
+
+        return MeasureRequest
+    raise AttributeError(f"module 'advisor' has no attribute {name!r}")
+
+
 def open_kb(*args, **kwargs):
     """The KB answers come from, read-only: see advisor.api.open_kb."""
     from advisor import api
@@ -48,14 +69,18 @@ def open_kb(*args, **kwargs):
 __all__ = [
     "Error",
     "FitError",
+    "FitRequest",
     "InputError",
     "KBError",
+    "MeasureRequest",
     "ModelNotResolved",
     "NoEvidence",
+    "RecommendRequest",
     "RulesError",
     "fit",
     "measure",
     "open_kb",
+    "plan",
     "pretrain",
     "recommend",
 ]

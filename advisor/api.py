@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import fields
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
+from advisor.fields import option
 from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
 from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.prediction.accelerators import resolve as resolve_accelerator
-from advisor.prediction.question import FitOptions, installed, mixed_dtype, question
-from advisor.rules import Rules, load_rules
+from advisor.prediction.question import FitRequest, installed, mixed_dtype, question
+from advisor.rules import Accelerator, FamilyRecord, Rules, load_rules
 
 if TYPE_CHECKING:
     from advisor.answers.recommendation import Answer
     from advisor.prediction.answer import FitAnswer
+    from advisor.prediction.cache import Traced, TracedFits
 
 PathLike = str | os.PathLike
 MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")
@@ -44,105 +46,100 @@ def open_kb(db: PathLike | None = None) -> sqlite3.Connection:
     return open_for_reading(db)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecommendRequest:
+    """What `advisor recommend` is asked, as one object: the question (arch or model, the metric), its
+    constraints, which evidence may answer, and `fit`, the accelerator and advisor fit's menu for the prediction
+    on the user's model. Each field's default and help are declared here once; the command line reads them."""
+
+    arch: str | None = option(
+        None, "Architecture family or alias: vision/vit, encoder/modernbert, decoder/llama, vlm/nanovlm."
+    )
+    model: str | ResolvedModel | None = option(
+        None,
+        "A model instead of --arch: vit, modernbert, llama, nanovlm, a local folder with config.json or a cached "
+        "Hugging Face id; its family comes from model_type.",
+    )
+    optimize: str = option(
+        "loss",
+        "Metric to optimize (rules/metrics.toml): loss, time, memory, utilization, throughput, time_to_target, "
+        "accuracy.",
+    )
+    max_time: float | None = option(None, "Exclude configurations slower than this (s/epoch).")
+    optimizers: tuple[str, ...] = option((), "Only these optimizers (repeatable).")
+    exclude_optimizers: tuple[str, ...] = option((), "Never these optimizers (repeatable).")
+    strategies: tuple[str, ...] = option(
+        (),
+        "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
+        "checkpointing+accumulation.",
+    )
+    source: str | None = option(
+        None,
+        "Evidence to rank: 'paper', 'measured', or an exact source name from `advisor kb stats`. Default: the "
+        "best evidence group available.",
+    )
+    preset: str | None = option(None, "Only evidence at this scale (tiny, small, paper, custom).")
+    hardware: str | None = option(
+        None, "Only evidence measured on this hardware (as `advisor kb stats` names it)."
+    )
+    group: str | None = option(
+        None,
+        "Answer from this evidence group: its id as `advisor kb stats` or 'Other evidence' lists it ('11'; 'u3' "
+        "for a group of your own KB).",
+    )
+    evidence: str = option(
+        "matching",
+        "Which of your own runs may answer: 'matching' only where they match the question (the same model, or "
+        "the family at its scale: rules/flowchart.toml match_scale_ratio), 'mine' your runs alone, whatever "
+        "their scale.",
+    )
+    fit: FitRequest = option(
+        help="The accelerator (gpu, memory) and advisor fit's menu (adapters, lora_r, offload, gpus, ...) for the "
+        "prediction on `model`; memory also excludes measured configurations above it.",
+        factory=FitRequest,
+    )
+    compare_groups: bool = option(
+        True,
+        "Rank the other evidence groups too, naming those whose pick differs (off for the short answer).",
+    )
+
+
 def recommend(
     arch: str | None = None,
-    optimize: str = "loss",
+    optimize: str | None = None,
     *,
-    model: str | ResolvedModel | None = None,
-    gpu: str | None = None,
-    memory: float | None = None,
-    max_time: float | None = None,
-    optimizers: tuple[str, ...] = (),
-    exclude_optimizers: tuple[str, ...] = (),
-    strategies: tuple[str, ...] = (),
-    source: str | None = None,
-    preset: str | None = None,
-    hardware: str | None = None,
-    group: str | None = None,
-    evidence: str = "matching",
+    request: RecommendRequest | None = None,
     db: PathLike | None = None,
     conn: sqlite3.Connection | None = None,
-    menu: dict | None = None,
-    compare_groups: bool = True,
-    **menu_options,
+    **keywords,
 ) -> Answer:
     """`advisor recommend` as an `Answer` (`.recommendation`, `.alternatives`, `.excluded`, `.caveats`,
-    `.frontier`, `.as_dict(rules)` for what --json prints). One of `arch` (a family or alias) and `model` (a
-    reference name, a folder with config.json, or a cached Hugging Face id). With `model` and `gpu` (or
-    `memory`), configurations predicted not to fit are excluded; `memory` (GB of accelerator memory)
-    excludes measured configurations above it too. `menu`: advisor fit's menu options for that prediction
-    (`adapters`, `lora_r`, `offload`, `attention`, `gpus`, `nodes`, `shardings`, ...), as a dict or as
-    keywords (`gpus=8`), as `advisor recommend` takes them. `group`: one evidence group's id ('11', 'u3');
-    `evidence`: 'matching' (your own runs only where they match the question) or 'mine' (your runs alone).
-    `compare_groups`: rank the other evidence groups too, naming those whose pick differs (`.disagreements`;
-    off for the short answer, which shows none)."""
-    from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
-    from advisor.answers.recommendation import Constraints
-    from advisor.answers.recommendation import recommend as rank
+    `.frontier`, `.as_dict(rules)` for what --json prints): a `RecommendRequest`, or its fields as keywords
+    (`arch="encoder"`, `model="llama"`, `optimize="time"`, `exclude_optimizers=("adam",)`, `group="11"`), with
+    advisor fit's options as keywords too (`gpu="H100"`, `memory=24`, `gpus=8`, `adapters=("lora",)`): they go
+    to its `fit`. With `model` and `gpu` (or `memory`), configurations predicted not to fit are excluded;
+    `memory` (GiB of accelerator memory) excludes measured configurations above it too."""
+    from advisor.answers.recommendation import recommend as rank  # the evidence side: not on fit's path
 
+    if arch is not None or optimize is not None:
+        keywords = {**keywords, **({"arch": arch} if arch is not None else {})}
+        keywords = {**keywords, **({"optimize": optimize} if optimize is not None else {})}
+    request = recommend_request(request, keywords)
     rules = load_rules()
-    unknown = sorted(set(menu_options) - {f.name for f in fields(FitOptions)})
-    if unknown:
-        raise InputError(f"advisor.recommend takes no {', '.join(unknown)}.")
-    menu = {**(menu or {}), **menu_options}
-    if (arch is None) == (model is None):
-        raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
-    if gpu and model is None:
-        raise InputError("--gpu predicts what fits your model: pass --model too.", "--gpu")
-    _check_names(rules, optimize, (*optimizers, *exclude_optimizers), strategies)
-    selector = Selector(preset, hardware, _group_row(group), mine=_mine(evidence))
-    resolved = _model(model, rules) if model is not None else None
-    family = resolved.family.name if resolved else _family(arch, rules)
-    fitted = menu_answer = None
-    given = [k for k, v in (menu or {}).items() if v != getattr(FitOptions(), k)]
-    if given and (resolved is None or not (gpu or memory is not None)):
-        flag = {"adapters": "--adapter"}.get(given[0], "--" + given[0].replace("_", "-"))
-        raise InputError(
-            f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
-        )
-    if resolved is not None and (gpu or memory is not None):
-        # the measured cells (full fine-tuning of the family's grid, at the accelerator's mixed precision)
-        # checked against a prediction of each; the answer's menu, predicted as advisor fit predicts it, under
-        # the same --optimizer, --exclude-optimizer and --strategy (one cache serves both)
-        acc = resolve_accelerator(gpu, rules) if gpu else None
-        # every optimizer the evidence may hold (the family's grid and the menu's, measured beside it)
-        grid = tuple(
-            o
-            for o in dict.fromkeys((*resolved.family.grid_optimizers, *rules.optimizers))
-            if installed(rules, o)
-        )
-        # at one micro-batch for every configuration (the user's, else 1): a ranking by predicted memory or speed
-        # compares like with like, not each row at the largest batch it fits
-        shape = dict(gpu=gpu, memory=memory, adapters=("full",), offload=("none",), dtype=mixed_dtype(acc))
-        shape["batch_size"] = menu.get("batch_size") or 1
-        fitted = fit(resolved, optimizers=grid, **shape)
-        menu_answer = fit(
-            resolved,
-            gpu=gpu,
-            memory=memory,
-            **_narrowed(menu, rules, optimizers, exclude_optimizers, strategies),
-        )
-    constraints = Constraints(
-        max_memory=None if memory is None else memory * GB_PER_GIB,  # given in GiB, compared in GB
-        max_time=max_time,
-        optimizers=tuple(optimizers),
-        exclude_optimizers=tuple(exclude_optimizers),
-        strategies=tuple(strategies),
-        fit=fitted,
-        menu=menu_answer,
-    )
+    resolved = _checked(request, rules)
+    fitted, menu_answer = _predicted(request, resolved, rules)
     reading = conn or open_kb(db)
     try:
         return rank(
             reading,
-            family,
-            optimize,
+            resolved.family.name if resolved else _family(request.arch, rules),
+            request.optimize,
             rules,
-            constraints,
-            source=source,
+            _constraints(request, fitted, menu_answer),
+            source=request.source,
             asked=_asked(resolved, fitted),
-            selector=selector,
-            compare_groups=compare_groups,
+            selector=_selector(request),
+            compare_groups=request.compare_groups,
             explain=True,
         )
     finally:
@@ -150,23 +147,117 @@ def recommend(
             reading.close()
 
 
-def fit(model: str | ResolvedModel, *, db: PathLike | None = None, say=None, **options) -> FitAnswer:
+def recommend_request(request: RecommendRequest | None, keywords: dict) -> RecommendRequest:
+    """`request` with `keywords` over it: RecommendRequest's fields by name, FitRequest's into its `fit`."""
+    request = request or RecommendRequest()
+    mine = {f.name for f in fields(RecommendRequest)} - {"fit"}
+    menu = {f.name for f in fields(FitRequest)}
+    unknown = sorted(set(keywords) - mine - menu)
+    if unknown:
+        raise InputError(f"advisor.recommend takes no {', '.join(unknown)}.")
+    fit_keywords = {k: v for k, v in keywords.items() if k in menu and k not in mine}
+    own = {k: v for k, v in keywords.items() if k in mine}
+    return replace(request, fit=replace(request.fit, **fit_keywords), **own)
+
+
+def _checked(request: RecommendRequest, rules: Rules) -> ResolvedModel | None:
+    """The request's model resolved once, after every flag that cannot go with the others is refused."""
+    if (request.arch is None) == (request.model is None):
+        raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
+    menu = request.fit
+    if menu.gpu and request.model is None:
+        raise InputError("--gpu predicts what fits your model: pass --model too.", "--gpu")
+    _check_names(
+        rules, request.optimize, (*request.optimizers, *request.exclude_optimizers), request.strategies
+    )
+    _mine(request.evidence)
+    _group_row(request.group)
+    resolved = _model(request.model, rules) if request.model is not None else None
+    narrowing = [
+        f.name
+        for f in fields(FitRequest)
+        if f.name not in ("gpu", "memory") and getattr(menu, f.name) != f.default
+    ]
+    if narrowing and (resolved is None or not (menu.gpu or menu.memory is not None)):
+        flag = {"adapters": "--adapter", "shardings": "--sharding"}.get(narrowing[0])
+        flag = flag or "--" + narrowing[0].replace("_", "-")
+        raise InputError(
+            f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
+        )
+    return resolved
+
+
+def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules: Rules):
+    """(the measured cells predicted on the user's model, the menu's answer there), or (None, None) without a
+    model and an accelerator. One cache serves both."""
+    menu = request.fit
+    if resolved is None or not (menu.gpu or menu.memory is not None):
+        return None, None
+    acc = resolve_accelerator(menu.gpu, rules) if menu.gpu else None
+    # every optimizer the evidence may hold (the family's grid and the menu's, measured beside it)
+    grid = tuple(
+        o for o in dict.fromkeys((*resolved.family.grid_optimizers, *rules.optimizers)) if installed(rules, o)
+    )
+    # full fine-tuning at the accelerator's mixed precision, at one micro-batch for every configuration (the
+    # user's, else 1): a ranking by predicted memory or speed compares like with like, not each row at the
+    # largest batch it fits
+    cells = FitRequest(
+        gpu=menu.gpu,
+        memory=menu.memory,
+        adapters=("full",),
+        offload=("none",),
+        dtype=mixed_dtype(acc),
+        batch_size=menu.batch_size or 1,
+        optimizers=grid,
+    )
+    narrowed = _narrowed(menu, rules, request.optimizers, request.exclude_optimizers, request.strategies)
+    return fit(resolved, cells), fit(resolved, narrowed)
+
+
+def _constraints(request: RecommendRequest, fitted, menu_answer):
+    from advisor.answers.recommendation import Constraints  # the evidence side: not on fit's path
+
+    memory = request.fit.memory
+    return Constraints(
+        max_memory=None if memory is None else memory * GB_PER_GIB,  # given in GiB, compared in GB
+        max_time=request.max_time,
+        optimizers=tuple(request.optimizers),
+        exclude_optimizers=tuple(request.exclude_optimizers),
+        strategies=tuple(request.strategies),
+        fit=fitted,
+        menu=menu_answer,
+    )
+
+
+def _selector(request: RecommendRequest):
+    from advisor.answers.evidence import Selector  # the evidence side: not on fit's path
+
+    return Selector(request.preset, request.hardware, _group_row(request.group), mine=_mine(request.evidence))
+
+
+def fit(
+    model: str | ResolvedModel,
+    request: FitRequest | None = None,
+    *,
+    db: PathLike | None = None,
+    say=None,
+    **options,
+) -> FitAnswer:
     """`advisor fit` as a `FitAnswer` (`.pick`, also `.best`: `TrainingArguments(**answer.best.training_arguments)`
-    takes it into a Trainer; `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu
-    on the model and accelerator, with the options of `advisor fit` by their names (`gpu`, `memory`,
-    `batch_size`, `seq_len`, `image_size`, `dtype` (a name or a tuple), `accumulation_steps`, `optimizers`,
-    `strategies`, `adapters`, `lora_r`, `lora_alpha`, `lora_targets`, `base_bits`, `offload`, `attention`,
-    `mfu`, `effective_batch`, and across accelerators `gpus` (per node), `nodes`, `shardings`:
-    advisor.prediction.question.FitOptions). Tracing a question not yet in the cache needs the
-    measurement side (torch); a repeated question reads the cache. `say(line)` hears a cold trace's stages."""
-    unknown = sorted(set(options) - {f.name for f in fields(FitOptions)})
+    takes it into a Trainer; `.rows` ranked, `.ladder`, `.as_dict()`): the fine-tuning menu on the model and
+    accelerator, asked as a `FitRequest` or by its fields as keywords (`gpu`, `memory`, `batch_size`, `seq_len`,
+    `dtype` (a name or a tuple), `adapters`, `lora_r`, `offload`, `gpus`, `nodes`, `shardings`, ...; keywords
+    override the request's). Tracing a question not yet in the cache needs the measurement side (torch); a
+    repeated question reads the cache. `say(line)` hears a cold trace's stages."""
+    unknown = sorted(set(options) - {f.name for f in fields(FitRequest)})
     if unknown:
         raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
     rules = load_rules()
-    from advisor.prediction.answer import fit as fit_answer  # not on the path of answers from evidence alone
+    # the prediction's answer and cache: not on the path of answers from evidence alone
+    from advisor.prediction.answer import fit as fit_answer
     from advisor.prediction.cache import open_cache
 
-    q = question(_model(model, rules), FitOptions(**options), rules)
+    q = question(_model(model, rules), replace(request or FitRequest(), **options), rules)
     cache = open_cache(db)
     try:
         tracer = None
@@ -180,17 +271,94 @@ def fit(model: str | ResolvedModel, *, db: PathLike | None = None, say=None, **o
         cache.close()
 
 
-def measure(*models: str | ResolvedModel, say=lambda line: None, reporter=None, **options):
-    """`advisor measure` in Python: the grid of `models` ('all' for the paper's four) trained on this machine
-    into a KB, with the options of `advisor measure` by their names (the run configuration's: `preset`,
-    `epochs`, `lr`, `dtype`, `protocol`, ...; and `optimizers`, `strategies`, `seeds`, `data`, `tune_lr`,
-    `executor`, `shard`, `db`, ...). Returns what was measured (`.results`, `.as_dict()`). Needs torch."""
-    require_measure_side()
-    from advisor.measuring.request import request  # torch: the measurement side
+REPORT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")  # the report's fit section, unless asked for others
+
+
+def traced_fits(conn: sqlite3.Connection, gpus: tuple[Accelerator, ...] = ()) -> list[TracedFits]:
+    """advisor fit's answer for every model and shape the KB at `conn` holds traces of, on each of `gpus`
+    (default REPORT_GPUS'; a CPU trace on this machine's CPU alone), from the cached traces alone: what
+    `advisor report`'s fit section shows."""
+    from advisor.prediction.cache import traced_models  # not on the path of answers from evidence alone
 
     rules = load_rules()
-    resolved = tuple(m for name in models for m in _models(name, rules))
-    return request(resolved, **options).run(rules, reporter, say)
+    gpus = gpus or tuple(rules.accelerators[k] for k in REPORT_GPUS)
+    out = []
+    for traced in traced_models(conn):
+        where = gpus if traced.device == "cuda" else (rules.accelerators["cpu"],)
+        out.append((traced, [(acc, _fit_traced(traced, acc, rules, conn)) for acc in where]))
+    return out
+
+
+def _fit_traced(traced: Traced, acc: Accelerator, rules: Rules, conn: sqlite3.Connection) -> FitAnswer | str:
+    """What `advisor fit --model NAME --gpu ACC` answers from the cached traces (its own answer and pick: the
+    menu it asks, less what was not traced), or the sentence saying why there is none."""
+    # the prediction's answer and cache: not on the path of answers from evidence alone
+    from advisor.prediction.answer import fit as fit_answer
+    from advisor.prediction.cache import StoredPredictions, keys_of, software
+    from advisor.prediction.sharding import basis
+
+    family = _traced_family(traced, rules)
+    if family is None:
+        return (
+            f"its family is not known without its config.json: advisor fit --model {traced.name} answers it."
+        )
+    model = ResolvedModel(traced.name, family)  # what the traces need of it; its config is not read again
+    request = FitRequest(seq_len=traced.seq_len, image_size=traced.image_size, **traced.options())
+    try:
+        q = question(model, request, rules, accelerator=acc)
+    except Error as e:
+        return str(e)
+    payloads = traced.payloads(q)
+    asked = tuple(c for c in q.configs if basis(c) in payloads)
+    if not asked:
+        dtypes = ", ".join(q.dtypes)
+        return f"not traced in {acc.name}'s precision ({dtypes}): advisor fit --model {traced.name} --gpu {acc.key}."
+    q = replace(q, configs=asked)
+    keys = keys_of(q, rules, software())
+    cache = StoredPredictions(conn, None, {key: payloads[c] for c, key in keys.items()})
+    return fit_answer(q, rules, cache)
+
+
+def _traced_family(traced: Traced, rules: Rules) -> FamilyRecord | None:
+    """The family the traces were made as: as stored, or (a model no family lists) from its config, if at hand."""
+    if traced.family in rules.families:
+        return rules.families[traced.family]
+    try:
+        return resolve_model(traced.name, rules).family
+    except Error:
+        return None
+
+
+def measure(*models: str | ResolvedModel, request=None, say=lambda line: None, reporter=None, **options):
+    """`advisor measure` in Python: the grid of `models` ('all' for the paper's four) trained on this machine
+    into a KB, asked as a `MeasureRequest` (`request`, advisor.measuring.request) or with the options of
+    `advisor measure` by their names (the run configuration's: `preset`, `epochs`, `lr`, `dtype`, `protocol`,
+    ...; and `optimizers`, `strategies`, `seeds`, `data`, `tune_lr`, `executor`, `shard`, `db`, ...). Returns
+    what was measured (`.results`, `.as_dict()`). Needs torch."""
+    require_measure_side()
+    asked = _measure_request(models, request, options)
+    return asked.run(load_rules(), reporter, say)
+
+
+def plan(*models: str | ResolvedModel, request=None, gpu: str | None = None, workers=(1,), **options):
+    """`advisor measure --plan` in Python: what the grid would cost, nothing trained (a `Plan`: each cell's
+    predicted time and memory on `gpu`, None: this machine, and the makespan on each number of `workers`;
+    `.as_dict()`), asked as `measure` is. Needs torch for a shape not timed before."""
+    require_measure_side()
+    asked = _measure_request(models, request, options)
+    return asked.price(load_rules(), gpu, tuple(workers))
+
+
+def _measure_request(models: tuple, request, options: dict):
+    """The MeasureRequest of `measure` and `plan`: the one given, or one built from models and options."""
+    from advisor.measuring.request import request as build  # numpy and psutil: not on the answers' path
+
+    if request is not None:
+        if models or options:
+            raise InputError("pass a MeasureRequest or models and options, not both.")
+        return request
+    rules = load_rules()
+    return build(tuple(m for name in models for m in _models(name, rules)), **options)
 
 
 def pretrain(
@@ -220,8 +388,9 @@ def pretrain(
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise InputError(f"steps must be a whole number of at least 1, not {steps!r}.", "--steps")
     require_measure_side()
+    # the measurement side (its trainer loads torch when a base is trained)
     from advisor.measuring.pretraining import Recipe, check_out, default_out
-    from advisor.measuring.pretraining import pretrain as train_base  # torch: the measurement side
+    from advisor.measuring.pretraining import pretrain as train_base
 
     where = Path(out) if out is not None else default_out(resolved, preset)
     check_out(where, force)
@@ -240,30 +409,31 @@ def require_measure_side() -> None:
         )
 
 
-def _narrowed(menu: dict | None, rules: Rules, optimizers: tuple, excluded: tuple, strategies: tuple) -> dict:
-    """advisor fit's menu options for recommend's prediction, with its --optimizer, --exclude-optimizer and
-    --strategy applied (the measured strategies as the configurations of advisor fit they are)."""
-    options = dict(menu or {})
+def _narrowed(
+    menu: FitRequest, rules: Rules, optimizers: tuple, excluded: tuple, strategies: tuple
+) -> FitRequest:
+    """advisor fit's menu for recommend's prediction, with its --optimizer, --exclude-optimizer and --strategy
+    applied (the measured strategies as the configurations of advisor fit they are)."""
     if excluded and not optimizers:
         menu_names = [n for n, o in rules.optimizer_info.items() if o.menu and installed(rules, n)]
         optimizers = tuple(n for n in menu_names if n not in excluded)
     if optimizers:
-        options["optimizers"] = tuple(o for o in optimizers if o not in excluded)
+        menu = replace(menu, optimizers=tuple(o for o in optimizers if o not in excluded))
     if (
         strategies
     ):  # as advisor fit asks for them: a measured arm as its step, an adapter strategy as its adapter
         fitted = [rules.as_fit(s) for s in strategies]
-        options["strategies"] = tuple(dict.fromkeys(step for _, step in fitted))
+        menu = replace(menu, strategies=tuple(dict.fromkeys(step for _, step in fitted)))
         adapters = tuple(dict.fromkeys(adapter for adapter, _ in fitted))
-        if adapters != ("full",) and not options.get("adapters"):
-            options["adapters"] = adapters
-    return options
+        if adapters != ("full",) and not menu.adapters:
+            menu = replace(menu, adapters=adapters)
+    return menu
 
 
 def _asked(resolved: ResolvedModel | None, fitted: FitAnswer | None):
     """What the answer is about, for choosing its evidence: the user's model by its name and size; a reference
     model ('llama') by its size alone (its family's groups at every preset carry its name)."""
-    from advisor.answers.evidence import Asked
+    from advisor.answers.evidence import Asked  # the evidence side: not on fit's path
 
     if resolved is None:
         return None
@@ -327,4 +497,4 @@ def _check_names(rules: Rules, metric: str, optimizers: tuple, strategies: tuple
             )
 
 
-__all__ = ["fit", "measure", "open_kb", "recommend"]
+__all__ = ["FitRequest", "RecommendRequest", "fit", "measure", "open_kb", "plan", "recommend", "traced_fits"]

@@ -17,6 +17,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from advisor.errors import ModelNotResolved, UnsupportedModel
+from advisor.model_config import parse
 from advisor.places import shipped_models_dir, user_rules_dir
 from advisor.rules import FamilyRecord, Rules
 
@@ -194,8 +195,6 @@ def _family_by_class(config: dict, rules: Rules) -> FamilyRecord | None:
 def read_config(path: Path) -> dict:
     """A config.json as a dict, its numbers and depth checked (advisor.model_config), or ModelNotResolved
     with a sentence: unreadable, not UTF-8, not JSON, not an object, a bad size naming its key."""
-    from advisor.model_config import parse
-
     try:
         data = Path(path).read_bytes()
     except OSError as e:

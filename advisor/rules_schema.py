@@ -101,9 +101,9 @@ def req(node: dict) -> dict:
     return {**node, "required": True}
 
 
-# --- each rules file's schema ----------------------------------------------------------------------------
+# --- each rules file's schema: X_TOML checks rules/x.toml ------------------------------------------------
 
-METRICS = table(
+METRICS_TOML = table(
     {
         "metrics": req(
             table(
@@ -136,7 +136,7 @@ METRICS = table(
     }
 )
 
-FAMILIES = table(
+FAMILIES_TOML = table(
     {
         "strategies": req(listing(text(), at_least=1, unique=True)),
         "arms": table(entries=text()),
@@ -168,7 +168,7 @@ FAMILIES = table(
     }
 )
 
-OPTIMIZERS = table(
+OPTIMIZERS_TOML = table(
     {
         "optimizers": req(
             table(
@@ -196,7 +196,7 @@ OPTIMIZERS = table(
 )
 
 MARGIN = "a fraction between 0 and 1"
-FLOWCHART = table(
+FLOWCHART_TOML = table(
     {
         "metrics": req(listing(text(), at_least=1, unique=True)),
         "filters": req(
@@ -263,7 +263,7 @@ FLOWCHART = table(
 )
 
 NAMES = either(text(), listing(text(), at_least=1))  # a caveat's `when`: one value, or any of a list
-CAVEATS = table(
+CAVEATS_TOML = table(
     {
         "caveats": req(
             listing(
@@ -293,7 +293,7 @@ CAVEATS = table(
     }
 )
 
-HARDWARE = table(
+HARDWARE_TOML = table(
     {
         "accelerators": req(
             table(
@@ -344,7 +344,7 @@ _LEARNING_RATE = table(
     }
 )
 
-FIT = table(
+FIT_TOML = table(
     {
         "fits": req(table({"headroom": req(number(low=0, below=1, eg=0.05)), **_texts("source")})),
         "cuda": req(
@@ -460,7 +460,7 @@ FIT = table(
     }
 )
 
-PROTOCOL = table(
+PROTOCOL_TOML = table(
     {
         "tuning": req(
             table(
@@ -512,7 +512,7 @@ PROTOCOL = table(
 
 SIDE = either(text(), table({"optimizer": req(text()), "strategy": req(text())}))  # a claim's a and b
 EXPECT = table({"family": req(text()), "metric": req(text()), "optimizer": text(), "strategy": text()})
-CLAIMS = table(
+CLAIMS_TOML = table(
     {
         "source": req(text()),
         "claims": req(
@@ -561,15 +561,15 @@ CLAIMS = table(
 )
 
 SCHEMAS = {
-    "metrics": METRICS,
-    "families": FAMILIES,
-    "optimizers": OPTIMIZERS,
-    "flowchart": FLOWCHART,
-    "caveats": CAVEATS,
-    "hardware": HARDWARE,
-    "fit": FIT,
-    "protocol": PROTOCOL,
-    "claims": CLAIMS,
+    "metrics": METRICS_TOML,
+    "families": FAMILIES_TOML,
+    "optimizers": OPTIMIZERS_TOML,
+    "flowchart": FLOWCHART_TOML,
+    "caveats": CAVEATS_TOML,
+    "hardware": HARDWARE_TOML,
+    "fit": FIT_TOML,
+    "protocol": PROTOCOL_TOML,
+    "claims": CLAIMS_TOML,
 }
 
 # Names one rules file uses that another defines: (file, where: "*" any entry or item, KEYS the names of a

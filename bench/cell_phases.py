@@ -77,7 +77,7 @@ def measure(model: str, preset: str) -> list[dict]:
         asked = request(
             (resolve_model(model, rules),), preset=preset, seeds=1, db=str(Path(tmp) / "warm.sqlite")
         )
-        grid = asked.plan(rules).cells
+        grid = asked.grid(rules).cells
         peaks: dict = {}
         conn = store.open_for_writing(Path(tmp) / "warm.sqlite")
         runner.run_cell(grid[0], conn, rules, peaks=peaks, exiting=True)  # warms the process, left out

@@ -67,7 +67,7 @@ def measure(models: list[str], preset: str, seeds: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "kb.sqlite"
         asked = request(resolved, preset=preset, seeds=seeds, db=str(db))
-        grid = asked.plan(rules)
+        grid = asked.grid(rules)
         clock = Clock()
         asked.run(rules, clock, grid=grid)
         grid_s = time.perf_counter() - clock.start

@@ -122,14 +122,14 @@ def deepspeed_states() -> list[dict]:
 
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitOptions, question
+    from advisor.prediction.question import FitRequest, question
     from advisor.prediction.sharding import zero_states
     from advisor.prediction.step import Config, n_params
     from advisor.rules import load_rules
 
     rules = load_rules()
     model = resolve_model(str(FIXTURES / "Llama-3.1-8B"), rules)
-    options = FitOptions(
+    options = FitRequest(
         gpu="H100",
         seq_len=16,
         adapters=("full",),

@@ -191,7 +191,8 @@ def planted(cli, tmp_path_factory) -> dict:
     the shipped rules."""
     from advisor.answers.flowchart import summary, walk
     from advisor.answers.frontier import frontier
-    from advisor.kb.reader import connect_readonly
+    from advisor.api import traced_fits
+    from advisor.kb.reader import connect_kb_readonly
     from advisor.places import shipped_rules_dir
     from advisor.render import charts, site
     from advisor.rules import load_rules
@@ -199,7 +200,7 @@ def planted(cli, tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("planted")
     shutil.copy(cli["base"] / "kb.sqlite", base / "kb.sqlite")
     plant(base / "kb.sqlite")
-    rules, conn = load_rules(str(shipped_rules_dir())), connect_readonly(base / "kb.sqlite")
+    rules, conn = load_rules(str(shipped_rules_dir())), connect_kb_readonly(base / "kb.sqlite")
     front = frontier(conn, "decoder", "time", "loss", rules, None)
     paths = walk(conn, rules)
     for page, chart in (
@@ -207,7 +208,7 @@ def planted(cli, tmp_path_factory) -> dict:
         ("flowchart", charts.flowchart_chart(paths, summary(paths), rules)),
     ):
         charts.replace_file(base / PAGES[page], charts.html_page(chart).encode())
-    site.write_site(conn, base / "site", rules, None, "a planted KB")
+    site.write_site(conn, base / "site", rules, None, "a planted KB", traced_fits(conn))
     conn.close()
     return dict(base=base)
 

@@ -1,5 +1,6 @@
 """The code's shape, as the design promises it: one write path, one name per module across both packages."""
 
+import importlib.util
 import re
 from collections import Counter
 from pathlib import Path
@@ -33,6 +34,15 @@ def test_every_insert_and_transaction_is_in_the_store():
     }
     # summaries change only with the runs they summarise, and when a migration rebuilds them
     assert users == {"advisor/kb/store.py", "advisor/kb/migrations.py"}
+
+
+def test_no_sql_outside_the_kb():
+    """One door to SQL: every statement and `.execute*(` call is advisor/kb/'s (bench/house.py finds them;
+    bench/ is no package, so it is loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("house", REPO / "bench" / "house.py")
+    house = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(house)
+    assert house.sql_outside_kb() == []
 
 
 def test_no_two_modules_share_a_name_across_advisor_and_measure():

@@ -9,6 +9,7 @@ import click
 from advisor import api
 from advisor.answers.flowchart import summary, walk
 from advisor.answers.frontier import frontier as frontier_of
+from advisor.api import RecommendRequest
 from advisor.cli.params import (
     CONTEXT,
     FamilyType,
@@ -17,6 +18,7 @@ from advisor.cli.params import (
     accelerator_options,
     console,
     db_option,
+    declared_option,
     domain_errors,
     echo_json,
     evidence_options,
@@ -25,9 +27,13 @@ from advisor.cli.params import (
     model_option,
     names_option,
     reading_kb,
+    request_of,
     source_option,
 )
 from advisor.cli.reporting import picture_option, write_pictures
+from advisor.fields import help_of
+from advisor.files import replace_file
+from advisor.prediction.question import FitRequest
 from advisor.rules import load_rules
 
 # advisor.render.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
@@ -37,48 +43,22 @@ FRONTIER_PIXELS = "1280 × 840"
 def show(render) -> None:
     """Print what render(advisor.render.views) makes: the views, and rich under them (20 ms to import), are
     loaded by what prints tables, never by --json."""
-    from advisor.render import views
+    from advisor.render import views  # rich's tables: --json prints none
 
     console().print(render(views))
 
 
 @click.command(context_settings=CONTEXT)
-@click.option(
-    "--arch",
-    type=FamilyType(),
-    help="Architecture family or alias: vision/vit, encoder/modernbert, decoder/llama, vlm/nanovlm.",
-)
-@model_option(
-    help="A model instead of --arch: vit, modernbert, llama, nanovlm, a local folder with config.json "
-    "or a cached Hugging Face id; its family comes from model_type."
-)
-@click.option(
-    "--optimize",
-    "metric",
-    type=MetricType(),
-    default="loss",
-    show_default=True,
-    help="Metric to optimize (rules/metrics.toml): loss, time, memory, utilization, throughput, "
-    "time_to_target, accuracy.",
-)
+@declared_option(RecommendRequest, "arch", type=FamilyType())
+@model_option(help=help_of(RecommendRequest, "model"))
+@declared_option(RecommendRequest, "optimize", type=MetricType())
 @accelerator_options
-@click.option(
-    "--max-time",
-    type=FiniteFloat(min=0),
-    metavar="S",
-    help="Exclude configurations slower than this (s/epoch).",
-)
-@names_option("--optimizer", "optimizers", "optimizer", "Only these optimizers (repeatable).")
+@declared_option(RecommendRequest, "max_time", type=FiniteFloat(min=0), metavar="S")
+@names_option("--optimizer", "optimizers", "optimizer", help_of(RecommendRequest, "optimizers"))
 @names_option(
-    "--exclude-optimizer", "exclude_optimizers", "optimizer", "Never these optimizers (repeatable)."
+    "--exclude-optimizer", "exclude_optimizers", "optimizer", help_of(RecommendRequest, "exclude_optimizers")
 )
-@names_option(
-    "--strategy",
-    "strategies",
-    "strategy",
-    "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
-    "checkpointing+accumulation.",
-)
+@names_option("--strategy", "strategies", "strategy", help_of(RecommendRequest, "strategies"))
 @evidence_options
 @menu_options
 @click.option(
@@ -90,26 +70,7 @@ def show(render) -> None:
 @db_option
 @json_option
 @domain_errors
-def recommend(
-    arch,
-    metric,
-    evidence_preset,
-    group_id,
-    db,
-    as_json,
-    verbose,
-    adapters,
-    lora_r,
-    lora_alpha,
-    lora_targets,
-    base_bits,
-    offload,
-    attention,
-    gpus,
-    nodes,
-    shardings,
-    **options,
-):
+def recommend(db, as_json, verbose, **options):
     """Recommend an optimizer and memory strategy, with its evidence, alternatives and caveats.
 
     With --model and --gpu (or --memory), the fine-tuning menu is predicted for your model (as advisor
@@ -125,28 +86,11 @@ def recommend(
         advisor recommend --arch decoder --exclude-optimizer adam --json
     """
     conn = reading_kb(db, options["source"])
-    menu = dict(
-        adapters=adapters,
-        lora_r=lora_r,
-        lora_alpha=lora_alpha,
-        lora_targets=lora_targets,
-        base_bits=base_bits,
-        offload=offload,
-        attention=attention,
-        gpus=gpus,
-        nodes=nodes,
-        shardings=shardings,
+    # the short answer names no other group's pick: ranking the others is for --verbose and --json
+    asked = request_of(
+        RecommendRequest, {**options, "compare_groups": verbose or as_json}, {"fit": FitRequest}
     )
-    answer = api.recommend(
-        arch,
-        metric,
-        preset=evidence_preset,
-        group=group_id,
-        conn=conn,
-        menu=menu,
-        compare_groups=verbose or as_json,  # the short answer names no other group's pick
-        **options,
-    )
+    answer = api.recommend(request=asked, conn=conn)
     rules = load_rules()
     if as_json:
         echo_json(answer.as_dict(rules))
@@ -262,7 +206,6 @@ def claims(source, markdown_path, db, as_json):
         advisor claims --source measured --markdown docs/claims.md
     """
     from advisor.answers.claims import check_all, markdown  # not on the path of the other answers
-    from advisor.files import replace_file
 
     verdicts = check_all(reading_kb(db, source), source, load_rules())
     if markdown_path:
@@ -297,7 +240,7 @@ def transfer(arch, db, as_json):
         advisor transfer
         advisor transfer --arch decoder --json
     """
-    from advisor.answers.transfer import transfers
+    from advisor.answers.transfer import transfers  # only this command reads it
 
     found = transfers(reading_kb(db, None), load_rules(), arch)
     if as_json:

@@ -13,15 +13,19 @@ from advisor.cli.params import (
     accelerator_options,
     console,
     db_option,
+    declared_option,
     domain_errors,
     echo_json,
     json_option,
     menu_options,
     model_option,
     names_option,
+    request_of,
     shape_options,
 )
+from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
+from advisor.prediction.question import FitRequest
 from advisor.render.fit_views import fit_view, gpus_view, models_view
 from advisor.rules import load_rules
 
@@ -29,27 +33,11 @@ from advisor.rules import load_rules
 @click.command("fit", context_settings=CONTEXT)
 @model_option()
 @accelerator_options
-@shape_options(menu=True)
-@names_option(
-    "--optimizer",
-    "optimizers",
-    "optimizer",
-    "Only these optimizers (repeatable), as Trainer's optim names them (adamw_bnb_8bit, adamw_torch_4bit, "
-    "lion_8bit, ...). Default: the menu of rules/optimizers.toml.",
-)
-@names_option(
-    "--strategy",
-    "strategies",
-    "strategy",
-    "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
-    "checkpointing+accumulation. Default: all.",
-)
+@shape_options(FitRequest)
+@names_option("--optimizer", "optimizers", "optimizer", help_of(FitRequest, "optimizers"))
+@names_option("--strategy", "strategies", "strategy", help_of(FitRequest, "strategies"))
 @menu_options
-@click.option(
-    "--mfu",
-    type=FiniteFloat(min=0, max=1, min_open=True),
-    help="Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else 0.35).",
-)
+@declared_option(FitRequest, "mfu", type=FiniteFloat(min=0, max=1, min_open=True))
 @click.option(
     "--all",
     "show_all",
@@ -122,7 +110,7 @@ def fit_command(
         raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-models, --list-gpus).")
     # a cold trace's stages on stderr, a line each (--json's consumers are scripts: there only to a terminal)
     say = (lambda line: click.echo(line, err=True)) if not as_json or sys.stderr.isatty() else None
-    answer = api.fit(model, db=db, say=say, **options)
+    answer = api.fit(model, request_of(FitRequest, options), db=db, say=say)
     if as_json:
         echo_json(answer.as_dict())
     elif code_only:

@@ -9,12 +9,14 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from advisor import api
 from advisor.api import require_measure_side
 from advisor.cli.params import (
     CONTEXT,
     FiniteFloat,
     accelerator_options,
     console,
+    declared_option,
     domain_errors,
     echo_json,
     json_option,
@@ -24,16 +26,22 @@ from advisor.cli.params import (
     write_db_option,
 )
 from advisor.errors import KBError
+from advisor.fields import help_of
 from advisor.kb.reader import USER_ID_OFFSET, group_ref, run_groups
+from advisor.measuring.recipe.config import PROTOCOLS, RunConfig
+from advisor.measuring.request import EXECUTORS, MeasureRequest, request
+from advisor.measuring.training.progress import counted, failure_causes, reporter_for, summary_table
 from advisor.places import shipped_rules_dir
 from advisor.render.views import validation_view
 from advisor.rules import load_rules
+
+PRESETS = load_rules(str(shipped_rules_dir())).presets  # the shipped rules' presets: read at import
 
 
 def preset_option(default: str):
     return click.option(
         "--preset",
-        type=click.Choice(load_rules(str(shipped_rules_dir())).presets),  # the shipped rules: read at import
+        type=click.Choice(PRESETS),
         default=default,
         show_default=True,
         help="Model sizes: tiny (seconds), small (the CPU reference grid), paper (the paper's real sizes).",
@@ -42,115 +50,27 @@ def preset_option(default: str):
 
 @click.command(context_settings=CONTEXT)
 @model_option(required=True, many=True)
-@names_option(
-    "--optimizer", "optimizers", "optimizer", "Optimizers to run (repeatable). Default: the family's grid."
-)
-@names_option(
-    "--strategy",
-    "strategies",
-    "strategy",
-    "standard, checkpointing, selective-checkpointing, accumulation, checkpointing+accumulation, "
-    "accumulation-equal-samples, or lora (LoRA adapters on a pretrained model's frozen weights: a folder with "
-    "weights, e.g. from advisor pretrain) (repeatable). Default: the family's grid.",
-)
-@preset_option("small")
-@click.option("--epochs", type=click.IntRange(min=1), help="Epochs per cell (default: the preset's).")
-@click.option(
-    "--steps-per-epoch",
-    type=click.IntRange(min=1),
-    help="Optimizer updates per epoch under the fair protocol, micro-batches under the paper's (default: the preset's).",
-)
-@click.option(
-    "--seeds",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Repeat every cell over seeds 0..N-1.",
-)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option(
-    "--lr",
-    type=FiniteFloat(min=0, min_open=True),
-    help="Learning rate for every optimizer (default: the paper's per model at preset paper, else each "
-    "optimizer's default).",
-)
-@shape_options(dtype="fp32")
+@names_option("--optimizer", "optimizers", "optimizer", help_of(MeasureRequest, "optimizers"))
+@names_option("--strategy", "strategies", "strategy", help_of(MeasureRequest, "strategies"))
+@declared_option(RunConfig, "preset", type=click.Choice(PRESETS))
+@declared_option(RunConfig, "epochs", type=click.IntRange(min=1))
+@declared_option(RunConfig, "steps_per_epoch", type=click.IntRange(min=1))
+@declared_option(MeasureRequest, "seeds", type=click.IntRange(min=1))
+@declared_option(RunConfig, "device", type=click.Choice(["auto", "cpu", "cuda"]))
+@declared_option(RunConfig, "lr", type=FiniteFloat(min=0, min_open=True))
+@shape_options(RunConfig)
 @accelerator_options
-@click.option(
-    "--protocol",
-    type=click.Choice(["fair", "paper"]),
-    default="fair",
-    show_default=True,
-    help="fair: held-out loss, equal optimizer updates for every strategy, time to target (rules/"
-    "protocol.toml). paper: the paper's, for reproduction (training loss, one rate per model at preset paper).",
-)
-@click.option(
-    "--target-loss",
-    type=FiniteFloat(min=0, min_open=True),
-    help="Time to target: the held-out loss a run must reach (default: rules/protocol.toml's for the family "
-    "and preset). Set it for your own or a pretrained model, whose loss the rules' targets do not know.",
-)
-@click.option(
-    "--tune-lr",
-    is_flag=True,
-    help="Choose each optimizer's learning rate first: a log grid around its default on a tuning seed, the "
-    "best by held-out loss, tuned per effective batch (accumulation at its own batch; fair protocol only; the runs "
-    "record the rate and the grid).",
-)
-@click.option(
-    "--decide",
-    is_flag=True,
-    help="After the grid: more seeds for its answers' close calls (a runner-up neither separated from the pick "
-    "nor equivalent to it), on both sides, where the seeds that would decide one are at most rules/protocol.toml "
-    "[deciding] max_seeds; the rest are listed with what they would need. Needs --seeds 2 or more.",
-)
-@click.option(
-    "--order-seed",
-    type=click.IntRange(min=0),
-    help="Seed of the shuffled cell order (default: a fresh one, printed and recorded with every run).",
-)
-@click.option(
-    "--data",
-    default="generated",
-    show_default=True,
-    metavar="DATA",
-    help="What to train on: generated (offline, deterministic), mmimdb (the paper's MM-IMDb, pinned to the "
-    "commit it cites; downloaded once, its size said first), a Hugging Face dataset id (owner/name"
-    "[@revision]), or a local path: a JSONL, CSV, Parquet or text file, a folder of them, a save_to_disk "
-    "folder, or an image folder (class subfolders, or captions in metadata.jsonl). Runs on other data are "
-    "their own evidence (docs/measuring.md).",
-)
-@click.option(
-    "--fallback",
-    is_flag=True,
-    help="When the Hugging Face hub cannot be reached (asked once, about a second) and the data is not in "
-    "the local cache: measure on generated data instead of stopping (every run records it).",
-)
-@click.option(
-    "--executor",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: one cell at a time on this machine. ray: each cell a Ray task on a cluster (one GPU per "
-    "cell, or a node's CPUs), this process the only writer to the KB (pip install 'advisor[cluster]').",
-)
-@click.option(
-    "--ray-address",
-    metavar="auto|HOST:PORT",
-    help="The Ray cluster to join (auto: the one this host belongs to). Default: start one on this machine.",
-)
-@click.option(
-    "--cpus-per-cell",
-    type=click.IntRange(min=1),
-    help="With --executor ray: CPUs a cell asks for (default: 1 beside its GPU; on CPU nodes, all the "
-    "CPUs of the smallest node, so that no two cells share a node's cores).",
-)
-@click.option(
-    "--shard",
-    metavar="K/N|auto",
-    help="Run only shard K of N of the grid (a deterministic split by cell key), into its own KB; `auto` "
-    "reads a Slurm job array's SLURM_ARRAY_TASK_ID and _COUNT. Unite the shards with `advisor kb merge`.",
-)
+@declared_option(RunConfig, "protocol", type=click.Choice(PROTOCOLS))
+@declared_option(RunConfig, "target_loss", type=FiniteFloat(min=0, min_open=True))
+@declared_option(MeasureRequest, "tune_lr", is_flag=True)
+@declared_option(MeasureRequest, "decide", is_flag=True)
+@declared_option(MeasureRequest, "order_seed", type=click.IntRange(min=0))
+@declared_option(MeasureRequest, "data", metavar="DATA")
+@declared_option(MeasureRequest, "fallback", is_flag=True)
+@declared_option(MeasureRequest, "executor", type=click.Choice(EXECUTORS))
+@declared_option(MeasureRequest, "ray_address", metavar="auto|HOST:PORT")
+@declared_option(MeasureRequest, "cpus_per_cell", type=click.IntRange(min=1))
+@declared_option(MeasureRequest, "shard", metavar="K/N|auto")
 @click.option(
     "--plan",
     "plan_only",
@@ -196,12 +116,10 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
                 f"{flag} sizes a plan: add --plan (nothing is trained).", param_hint=f"'{flag}'"
             )
     require_measure_side()
-    from advisor.measuring.request import request  # torch: the measurement side
-
     rules, asked = load_rules(), request(models, **options)
     if plan_only:
         return show_plan(asked.price(rules, gpu, workers), as_json)
-    grid = asked.plan(rules, say=lambda line: click.echo(line, err=True))  # the data resolved, said first
+    grid = asked.grid(rules, say=lambda line: click.echo(line, err=True))  # the data resolved, said first
     show_measured(run_to_the_end(asked, grid, rules), options.get("db"), as_json)
 
 
@@ -209,7 +127,6 @@ def run_to_the_end(asked, grid, rules):
     """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130. The worker
     process starts before the bars do: it imports torch meanwhile, and writes nothing on this terminal."""
     from advisor.measuring.grid.isolation import start_server  # torch: the measurement side
-    from advisor.measuring.training.progress import reporter_for
 
     if asked.executor == "local" and grid.cells:
         start_server(rules)
@@ -237,11 +154,7 @@ def show_plan(plan, as_json: bool) -> None:
 def show_measured(measured, db, as_json: bool) -> None:
     """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON). A grid where no
     cell ended ok and some failed or crashed ends with a sentence and exit code 1."""
-    from advisor.measuring.grid.tuning import tuned_table
-    from advisor.measuring.training.progress import (  # torch: the measurement side
-        failure_causes,
-        summary_table,
-    )
+    from advisor.measuring.grid.tuning import tuned_table  # torch: the measurement side
 
     if as_json:
         echo_json(measured.as_dict())
@@ -259,8 +172,6 @@ def show_measured(measured, db, as_json: bool) -> None:
 def closing_lines(measured, db) -> str:
     """What a finished grid says last: the order's seed, the shard, one line per cause of failure, how many
     ended ok, where, and what to ask (when there is something to ask about)."""
-    from advisor.measuring.training.progress import counted, failure_causes  # torch: the measurement side
-
     grid, results = measured.grid, measured.results
     lines = [f"Cell order shuffled with --order-seed {measured.ran.order_seed} (recorded with every run)."]
     if grid.shard is not None:
@@ -303,8 +214,6 @@ def _measured_group(grid, results, db) -> str:
 
 def nothing_measured_sentence(measured) -> str:
     """Why the command exits 1: no cell was measured; what to do, and where the tracebacks are."""
-    from advisor.measuring.training.progress import counted  # torch: the measurement side
-
     results = measured.results
     kept = any(r.run_id is not None for r in results)
     where = (
@@ -427,8 +336,6 @@ def pretrain(model, preset, out, steps, force, as_json):
         advisor measure --model bases/llama-small --optimizer adamw --strategy standard --strategy lora --tune-lr --seeds 3
         advisor recommend --model bases/llama-small --source measured --optimize loss
     """
-    from advisor import api
-
     say = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
     record = api.pretrain(model, preset=preset, out=out, steps=steps, force=force, say=say)
     if as_json:

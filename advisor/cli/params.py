@@ -10,17 +10,20 @@ import json
 import math
 import sqlite3
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from advisor.api import RecommendRequest
 from advisor.errors import Error, InputError, RulesError, UnsupportedModel
+from advisor.fields import default_of, help_of
 from advisor.kb import reader
 from advisor.kb.migrations import STATUSES
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
-from advisor.prediction.question import MAX_NODES
+from advisor.prediction.question import MAX_NODES, FitRequest
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS
 from advisor.rules import load_rules
 
@@ -232,178 +235,94 @@ def model_option(required: bool = False, many: bool = False, help: str | None = 
     )
 
 
+def declared_option(request: type, name: str, *decls: str, help: str | None = None, **kwargs):
+    """A click option whose default and help are field `name` of the request dataclass `request`, declared
+    there once (advisor.fields): the command line is derived from the request, never a second declaration.
+    `decls`: the option's names (default: --name-with-dashes); `help`: a command's own sentence instead."""
+    default = default_of(request, name)
+    if isinstance(default, tuple) and not kwargs.get("multiple"):
+        default = None  # one value on the command line (--lora-targets a,b), made a tuple by its callback
+    if (
+        isinstance(kwargs.get("type"), click.Choice)
+        and default is not None
+        and not isinstance(default, tuple)
+    ):
+        default = str(
+            default
+        )  # a choice of numbers (--base-bits 4) is parsed as text, made a number by its callback
+    decls = decls or ("--" + name.replace("_", "-"),)
+    return click.option(
+        *decls,
+        name,
+        default=default,
+        show_default=default not in (None, (), False),
+        help=help or help_of(request, name),
+        **kwargs,
+    )
+
+
 def accelerator_options(fn):
-    """--gpu NAME and --memory GB: the accelerator, and the memory a configuration must fit in."""
+    """--gpu NAME and --memory GiB: the accelerator, and the memory a configuration must fit in."""
     return _compose(
-        click.option(
-            "--gpu",
-            metavar="NAME",
-            help="The accelerator: A100-40GB, A100-80GB, H100, H200, L4, L40S, A10G, T4, V100, RTX3090, "
-            "RTX4090, RTX5090, MI300X, cpu (`advisor fit --list-gpus`).",
-        ),
-        click.option(
+        declared_option(FitRequest, "gpu", metavar="NAME"),
+        declared_option(
+            FitRequest,
+            "memory",
             "--memory",
             "--max-memory",  # recommend's, and measure's --memory-cap, before one name meant one idea
             "--memory-cap",
-            "memory",
             cls=Aliased,
             type=FiniteFloat(min=0, min_open=True),
             metavar="GiB",
-            help='The accelerator memory to fit in, in GiB as the box states it (a "24 GB" card: 24), instead '
-            "of (or overriding) --gpu's: fit and recommend "
-            "exclude configurations above it (never compared with host RAM); measure treats memory above it as "
-            "out of memory (CUDA: a per-process fraction; CPU: host RSS).",
         ),
     )(fn)
 
 
-def shape_options(batch_size: int | None = None, dtype: str | None = None, menu: bool = False):
-    """--batch-size, --seq-len, --image-size, --dtype, --accumulation-steps: the shape of a step. `menu`:
-    --dtype is repeatable, an axis of the fine-tuning menu."""
-    return _compose(
-        click.option(
-            "--batch-size",
-            type=click.IntRange(min=1),
-            default=batch_size,
-            show_default=batch_size is not None,
-            help="Micro-batch size (per_device_train_batch_size)"
-            + (
-                "; default: each configuration's largest that fits, a power of two up to the effective batch."
-                if menu
-                else "."
-                if batch_size is not None
-                else "; default: the preset's."
-            ),
-        ),
-        click.option(
-            "--seq-len",
-            type=click.IntRange(min=4),
-            help="Tokens per sample of a model that takes text (a VLM: per caption). Default: the model's or "
-            "the preset's.",
-        ),
-        click.option(
-            "--image-size",
-            type=click.IntRange(min=8),
-            metavar="PX",
-            help="Image side in pixels of a model that takes images (a multiple of its patch size). Default: "
-            "the config's or the preset's.",
-        ),
-        click.option(
-            "--dtype",
-            type=click.Choice(DTYPES),
-            default=dtype,
-            multiple=menu,
-            show_default=dtype is not None,
-            help="fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure: weights, "
-            "gradients and state in bf16)"
-            + (" (repeatable)." if menu else ".")
-            + (
-                ""
-                if dtype
-                else " Default: bf16-mixed and pure bf16 where the chip has bf16 (an adapter: bf16-mixed), else "
-                "fp16-mixed; fp32 on a CPU."
-            ),
-        ),
-        click.option(
-            "--accumulation-steps",
-            type=click.IntRange(min=2),
-            default=None if menu else 4,
-            show_default=not menu,
-            help="Micro-batches per optimizer step with accumulation"
-            + ("; default: what reaches the effective batch." if menu else "."),
-        ),
-        *(
-            [
-                click.option(
-                    "--effective-batch",
-                    type=click.IntRange(min=1, max=1 << 20),
-                    metavar="SAMPLES",
-                    help="Samples per optimizer step over every GPU that the recipe reaches (micro-batch x "
-                    "accumulation x GPUs). Default: 16 for decoders and VLMs, 32 for encoders, 64 for vision "
-                    "(rules/fit.toml [recipe]).",
-                )
-            ]
-            if menu
-            else []
-        ),
-    )
+def shape_options(request: type):
+    """--batch-size, --seq-len, --image-size, --dtype, --accumulation-steps (and the menu's --effective-batch):
+    the shape of a step, each with the default and help of `request` (fit's FitRequest: --dtype is
+    repeatable, an axis of the fine-tuning menu; measure's RunConfig: one dtype)."""
+    menu = request is FitRequest
+    options = [
+        declared_option(request, "batch_size", type=click.IntRange(min=1)),
+        declared_option(request, "seq_len", type=click.IntRange(min=4)),
+        declared_option(request, "image_size", type=click.IntRange(min=8), metavar="PX"),
+        declared_option(request, "dtype", type=click.Choice(DTYPES), multiple=menu),
+        declared_option(request, "accumulation_steps", type=click.IntRange(min=2)),
+    ]
+    if menu:
+        options.append(
+            declared_option(
+                request, "effective_batch", type=click.IntRange(min=1, max=1 << 20), metavar="SAMPLES"
+            )
+        )
+    return _compose(*options)
 
 
 def menu_options(fn):
     """The fine-tuning menu's axes beside precision and optimizer: what trains (--adapter and LoRA's settings),
-    where the optimizer lives (--offload), and the attention kernel."""
+    where the optimizer lives (--offload), the ranks, and the attention kernel (FitRequest's fields)."""
     return _compose(
-        click.option(
-            "--adapter",
-            "adapters",
-            type=click.Choice(ADAPTERS),
-            multiple=True,
-            help="What trains (repeatable): full (every weight), lora (peft's LoRA on a frozen base), qlora (LoRA on "
-            "a 4-bit NF4 base). Default: every one that applies (no QLoRA on a CPU).",
-        ),
-        click.option(
-            "--lora-r", type=click.IntRange(min=1), default=16, show_default=True, help="LoRA's rank."
-        ),
-        click.option(
-            "--lora-alpha",
-            type=click.IntRange(min=1),
-            help="LoRA's alpha (the update is scaled by alpha / r). Default: 2 x r.",
-        ),
-        click.option(
-            "--lora-targets",
+        declared_option(FitRequest, "adapters", "--adapter", type=click.Choice(ADAPTERS), multiple=True),
+        declared_option(FitRequest, "lora_r", type=click.IntRange(min=1)),
+        declared_option(FitRequest, "lora_alpha", type=click.IntRange(min=1)),
+        declared_option(
+            FitRequest,
+            "lora_targets",
             metavar="NAMES",
             callback=lambda ctx, param, value: tuple(t for t in (value or "").split(",") if t.strip()),
-            help="Comma-separated module names LoRA adapts, e.g. q_proj,v_proj. Default: every linear layer of the "
-            "blocks (peft's all-linear).",
         ),
-        click.option(
-            "--base-bits",
+        declared_option(
+            FitRequest,
+            "base_bits",
             type=click.Choice(["4", "8"]),
-            default="4",
-            show_default=True,
             callback=lambda ctx, param, value: int(value),
-            help="QLoRA's base: 4 (NF4, double quantization, bf16 compute) or 8 (LLM.int8).",
         ),
-        click.option(
-            "--offload",
-            type=click.Choice(OFFLOADS),
-            multiple=True,
-            help="Where the optimizer lives (repeatable): none; optimizer (its state, fp32 master weights and "
-            "gradients on the host: ZeRO-Offload on one GPU, ZeRO-2/3); optimizer+params (ZeRO-3, FSDP's CPU "
-            "offload). Default: every one that applies.",
-        ),
-        click.option(
-            "--gpus",
-            type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Accelerators per node. Above one, every rank's memory is predicted per rank, with the "
-            "communication each sharding costs and the config to launch it.",
-        ),
-        click.option(
-            "--nodes",
-            type=click.IntRange(min=1, max=MAX_NODES),
-            default=1,
-            show_default=True,
-            help=f"Nodes of --gpus each (at most {MAX_NODES:,}, past the largest clusters built).",
-        ),
-        click.option(
-            "--sharding",
-            "shardings",
-            type=click.Choice(SHARDINGS),
-            multiple=True,
-            help="How the ranks share the work (repeatable: each one compared, not combined): ddp, zero1, "
-            "zero2, zero3 (DeepSpeed), fsdp (FSDP2 full shard), hsdp (FSDP within a node, replicated across "
-            "nodes). Default: all that apply.",
-        ),
-        click.option(
-            "--attention",
-            type=click.Choice(ATTENTIONS),
-            default="sdpa",
-            show_default=True,
-            help="The attention implementation (attn_implementation); flash_attention_2 is predicted as sdpa's "
-            "FlashAttention kernel.",
-        ),
+        declared_option(FitRequest, "offload", type=click.Choice(OFFLOADS), multiple=True),
+        declared_option(FitRequest, "gpus", type=click.IntRange(min=1)),
+        declared_option(FitRequest, "nodes", type=click.IntRange(min=1, max=MAX_NODES)),
+        declared_option(FitRequest, "shardings", "--sharding", type=click.Choice(SHARDINGS), multiple=True),
+        declared_option(FitRequest, "attention", type=click.Choice(ATTENTIONS)),
     )(fn)
 
 
@@ -413,46 +332,34 @@ def names_option(flag: str, dest: str, kind: str, help: str):
 
 
 def source_option(fn):
-    return click.option(
-        "--source",
-        metavar="SOURCE",
-        help="Evidence to rank: 'paper', 'measured', or an exact source name from `advisor kb stats`. "
-        "Default: the best evidence group available.",
-    )(fn)
+    return declared_option(RecommendRequest, "source", metavar="SOURCE")(fn)
 
 
 def evidence_options(fn):
-    """--source, --preset, --hardware, --group: which evidence an answer may rank."""
+    """--source, --preset, --hardware, --group, --evidence: which evidence an answer may rank (RecommendRequest's
+    fields)."""
     return _compose(
         source_option,
-        click.option(
-            "--preset",
-            "evidence_preset",
-            metavar="PRESET",
-            help="Only evidence at this scale (tiny, small, paper, custom).",
-        ),
-        click.option(
-            "--hardware",
-            metavar="NAME",
-            help="Only evidence measured on this hardware (as `advisor kb stats` names it).",
-        ),
-        click.option(
-            "--group",
-            "group_id",
-            metavar="ID",
-            help="Answer from this evidence group: its id as `advisor kb stats` or 'Other evidence' lists it "
-            "('11'; 'u3' for a group of your own KB).",
-        ),
-        click.option(
-            "--evidence",
-            type=click.Choice(["matching", "mine"]),
-            default="matching",
-            show_default=True,
-            help="Which of your own runs may answer: 'matching' only where they match the question (the same "
-            "model, or the family at its scale: rules/flowchart.toml match_scale_ratio), 'mine' your runs "
-            "alone, whatever their scale.",
-        ),
+        declared_option(RecommendRequest, "preset", metavar="PRESET"),
+        declared_option(RecommendRequest, "hardware", metavar="NAME"),
+        declared_option(RecommendRequest, "group", metavar="ID"),
+        declared_option(RecommendRequest, "evidence", type=click.Choice(["matching", "mine"])),
     )(fn)
+
+
+def request_of(request: type, options: dict, nested: dict[str, type] | None = None):
+    """The request dataclass `request` built from a command's parsed options by field name; `nested`: a field
+    that is itself a request (recommend's `fit`), built from the options that name its fields and not the
+    outer request's (recommend's --optimizer is its own, not the menu's)."""
+    nested = nested or {}
+    own = {f.name for f in fields(request)} - set(nested)
+    built = {
+        name: kind(
+            **{f.name: options[f.name] for f in fields(kind) if f.name in options and f.name not in own}
+        )
+        for name, kind in nested.items()
+    }
+    return request(**{k: v for k, v in options.items() if k in own}, **built)
 
 
 def db_option(fn):

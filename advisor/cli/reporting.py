@@ -13,9 +13,11 @@ from pathlib import Path
 
 import click
 
+from advisor import api
 from advisor.cli.params import CONTEXT, db_option, domain_errors, reading_kb, source_option
 from advisor.errors import InputError
 from advisor.places import places
+from advisor.prediction.accelerators import resolve
 from advisor.rules import load_rules
 
 PLOTS = ("altair", "vl_convert", "jinja2")  # what the plots extra installs, as imported
@@ -89,7 +91,7 @@ def check_folder(out: Path) -> None:
 def check_own_folder(out: Path, force: bool) -> None:
     """Refuse, before any work, a folder that holds files a report did not write (unless --force: its
     index.html and vega.js would be replaced without a word), or a folder where either of them goes."""
-    from advisor.render.site import foreign_files, in_the_way
+    from advisor.render.site import foreign_files, in_the_way  # Jinja2 and the charts: the plots extra
 
     blocked = in_the_way(out)
     if blocked:
@@ -113,8 +115,6 @@ def kb_label(db, shown=str) -> str:
 
 def fit_accelerators(ctx, param, values: tuple[str, ...]):
     """--gpu, each named as `advisor fit --gpu` takes it, resolved before any work (a bad name: exit 2)."""
-    from advisor.prediction.accelerators import resolve
-
     rules = load_rules()
     try:
         found = {a.key: a for a in (resolve(v, rules) for v in values)}  # a card named twice: once
@@ -177,5 +177,6 @@ def report(out_dir, force, gpus, source, db):
     check_folder(out_dir)
     check_own_folder(out_dir, force)
     label = kb_label(db, shown_path)
-    index = write_site(reading_kb(db, source), out_dir, load_rules(), source, label, gpus)
+    conn = reading_kb(db, source)
+    index = write_site(conn, out_dir, load_rules(), source, label, api.traced_fits(conn, gpus))
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")

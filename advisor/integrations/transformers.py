@@ -58,7 +58,7 @@ WATCH_S = 0.5  # how often the watcher looks whether Trainer.train is still on i
 UNKNOWN_END = "training ended without on_train_end (an exception the script caught?)"
 RESTARTED = "the Trainer started over at a smaller batch (auto_find_batch_size) after running out of memory"
 # transformers' `optim` names -> the optimizer names of rules/families.toml (others are kept as given)
-OPTIMIZERS = {
+TRAINER_OPTIMIZERS = {
     "adamw_torch": "adamw",
     "adamw_torch_fused": "adamw",
     "adamw_hf": "adamw",
@@ -226,7 +226,7 @@ class AdvisorCallback(TrainerCallback):
                 self.heartbeat = None
             try:
                 store.finish_run(self.conn, run_id, status, error, metrics)
-                group = self.conn.execute("SELECT grp FROM runs WHERE id = ?", [run_id]).fetchone()[0]
+                group = store.run_group(self.conn, run_id)
             finally:
                 store.release(self.conn)
                 self.conn = None
@@ -462,7 +462,7 @@ def optimizer_of(args, optimizer) -> str:
     if inner is not None:
         return TORCH_OPTIMIZERS.get(type(inner).__name__, type(inner).__name__.lower())
     optim = str(getattr(args.optim, "value", args.optim))
-    return OPTIMIZERS.get(optim, optim)
+    return TRAINER_OPTIMIZERS.get(optim, optim)
 
 
 def strategy_of(args) -> str:

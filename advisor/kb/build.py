@@ -20,8 +20,8 @@ from advisor.kb.reader import export_validations, iter_runs
 from advisor.kb.schema import (
     applied_migrations,
     columns,
-    connect_readonly,
-    connect_ro,
+    connect_file_readonly,
+    connect_kb_readonly,
     corrupt_error,
     integrity_problems,
 )
@@ -86,7 +86,7 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
 def open_source(path: Path) -> sqlite3.Connection:
     """A KB to merge from, read-only: an advisor KB at this schema (no views, triggers or virtual tables),
     every page sound, or a sentence."""
-    conn = connect_readonly(path)
+    conn = connect_kb_readonly(path)
     try:
         damage = integrity_problems(conn)
     except sqlite3.DatabaseError as e:
@@ -108,7 +108,7 @@ def held_alike(src: sqlite3.Connection, target: Path) -> set[str]:
     read-only to the source's connection; none where the target is no current advisor KB (yet) or cannot be
     read, and then every run takes the long way."""
     try:
-        connect_readonly(target).close()  # checked as every KB read is: ours, at this schema, no trigger
+        connect_kb_readonly(target).close()  # checked as every KB read is: ours, at this schema, no trigger
         src.execute("ATTACH DATABASE ? AS kb", [f"{target.resolve().as_uri()}?mode=ro"])
     except (KBError, sqlite3.Error):
         return set()
@@ -309,7 +309,7 @@ def _check_target(out: Path) -> None:
 
 def _is_advisor_kb(path: Path) -> bool:
     try:
-        conn = connect_ro(path)
+        conn = connect_file_readonly(path)
     except KBError:
         return False
     try:

@@ -103,6 +103,30 @@ def ended_cells(conn: sqlite3.Connection) -> set[tuple]:
     return {tuple(row) for row in rows}
 
 
+def cells_ended_here(conn: sqlite3.Connection, hardware: str) -> set[tuple[str, int]]:
+    """(cell key, seed) of the runs that ended with an outcome a re-run would repeat and stand for
+    `hardware`'s cells (ON_THIS_HARDWARE): what a grid on that hardware would skip."""
+    rows = conn.execute(
+        f"SELECT cell_key, seed FROM runs WHERE status IN ({','.join('?' * len(FINAL))}) AND {ON_THIS_HARDWARE}",
+        [*FINAL, hardware],
+    ).fetchall()
+    return {tuple(row) for row in rows}  # sqlite3.Row compares to no tuple
+
+
+def cell_outcome(
+    conn: sqlite3.Connection, source: str, cell_key: str, seed: int, hardware: str
+) -> tuple[str, float | None] | None:
+    """(status, held-out loss) of the ended run that stands for a cell on `hardware` (an ok one first, then
+    this host's, then the latest; one that trained elsewhere: PORTABLE), None where none: a tuning rate's."""
+    row = conn.execute(
+        "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
+        f"FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND {ON_THIS_HARDWARE} "
+        "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.hardware = ? DESC, r.id DESC LIMIT 1",
+        [source, cell_key, seed, hardware, hardware],
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
 def mark_crashed(conn: sqlite3.Connection, pid_alive: Callable[[str], bool]) -> int:
     """Runs left `running` by an owner that no longer holds them become `crashed`. Returns how many."""
     with transaction(conn):

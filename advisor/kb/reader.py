@@ -7,14 +7,14 @@ import json
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb.schema import (
     check_schema,
-    connect_readonly,
+    connect_kb_readonly,
     corrupt_error,
     integrity_problems,
 )
@@ -336,6 +336,27 @@ def group_values(conn: sqlite3.Connection, group: Group, measure: str) -> dict[t
     return out
 
 
+def group_span(conn: sqlite3.Connection, group: Group) -> dict:
+    """What a group's runs ran on and when: a device, the most host and accelerator memory, the first start,
+    the last finish and a software column (as stored): the provenance a report shows."""
+    row = conn.execute(
+        "SELECT min(device), max(host_memory_gb), max(accelerator_memory_gb), min(started_at), "
+        "max(finished_at), min(software) FROM runs WHERE grp = ?",
+        [_group_id(conn, group)],
+    ).fetchone()
+    keys = ("device", "host_memory_gb", "accelerator_memory_gb", "started_at", "finished_at", "software")
+    return dict(zip(keys, row, strict=True))
+
+
+def group_statuses(conn: sqlite3.Connection, group: Group) -> list[tuple[str, int]]:
+    """(status, runs) of a group's runs, the most frequent first: how they ended, as a report counts them."""
+    rows = conn.execute(
+        "SELECT status, count(*) FROM runs WHERE grp = ? GROUP BY status ORDER BY count(*) DESC",
+        [_group_id(conn, group)],
+    )
+    return [(status, n) for status, n in rows]
+
+
 FIT_CHECK = (
     "fit_%"  # validations of advisor fit's predictions (bench/fit_accuracy.py), not advisor validate's
 )
@@ -493,12 +514,21 @@ def _exported(run: dict) -> dict:
 
 def _parsed(text):
     """A JSON column's object, or the text itself where it is not JSON (the rules then say so)."""
+    try:
+        return json_value(text)
+    except ValueError:
+        return text
+
+
+def json_value(text: str | None) -> object:
+    """A JSON column's value ({} where it is NULL), or ValueError however it is not JSON (nested too deeply
+    included): the one parse of a stored JSON column, for every reader."""
     if text is None:
         return {}
     try:
         return json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        return text
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"not JSON: {e}") from e
 
 
 def export_validations(conn: sqlite3.Connection) -> list[dict]:
@@ -599,12 +629,72 @@ def tuned_rates(conn: sqlite3.Connection, model: str, preset: str, config_hash: 
     }
 
 
+PAST_RUNS_SQL = """
+SELECT r.cell_key, r.source, r.config, r.optimizer, r.strategy, r.data,
+       (julianday(r.finished_at) - julianday(r.started_at)) * 86400,
+       (SELECT sum(e.wall_s) FROM epochs e WHERE e.run_id = r.id),
+       (SELECT sum(e.steps) FROM epochs e WHERE e.run_id = r.id),
+       (SELECT count(*) FROM epochs e WHERE e.run_id = r.id AND e.wall_s IS NULL),
+       (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'peak_rss_gb'),
+       (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'achieved_gflops')
+FROM runs r
+WHERE r.status = 'ok' AND r.source IN ('measured', 'measured:tuning') AND r.hardware IN ({})
+  AND r.model IN ({})
+"""
+
+
+def past_runs(conn: sqlite3.Connection, accepts: Callable[[str], bool], models: set[str]) -> list[tuple]:
+    """(cell key, source, config, optimizer, strategy, data, wall s, trained s, updates, untimed epochs, peak
+    RSS GB, GFLOP/s) of the ok measured runs of `models` on each hardware `accepts`: what a plan prices from."""
+    hardware = [h for (h,) in conn.execute("SELECT DISTINCT hardware FROM runs") if accepts(h)]
+    if not hardware:
+        return []
+    marks = (",".join("?" * len(hardware)), ",".join("?" * len(models)))
+    return conn.execute(PAST_RUNS_SQL.format(*marks), [*hardware, *models]).fetchall()
+
+
+def measured_values(conn: sqlite3.Connection, measure: str) -> list[tuple[str, float]]:
+    """(hardware, value) of one measure over every ok run: what a prediction calibrates against."""
+    rows = conn.execute(
+        "SELECT r.hardware, m.value FROM metrics m JOIN runs r ON r.id = m.run_id "
+        "WHERE m.name = ? AND r.status = 'ok'",
+        [measure],
+    )
+    return [(hardware, value) for hardware, value in rows]
+
+
+# --- advisor fit's traces, cached in the KB (table predictions; advisor.prediction.cache) ----------------
+
+
+def prediction_payloads(conn: sqlite3.Connection, keys: list[str]) -> dict[str, dict]:
+    """key -> payload of the cached traces the KB holds among `keys`: a question answered without tracing."""
+    marks = ",".join("?" * len(keys))
+    rows = conn.execute(f"SELECT key, payload FROM predictions WHERE key IN ({marks})", keys)
+    return {k: json.loads(p) for k, p in rows}
+
+
+def predictions_held(conn: sqlite3.Connection, keys: list[str]) -> int:
+    """How many of `keys` the KB holds a cached trace of: whether answering needs tracing (torch)."""
+    marks = ",".join("?" * len(keys))
+    (n,) = conn.execute(f"SELECT count(*) FROM predictions WHERE key IN ({marks})", keys).fetchone()
+    return n
+
+
+def traced_predictions(conn: sqlite3.Connection) -> list[tuple]:
+    """(model, config hash, seq len, image size, device, family, optimizer, strategy, dtype, payload text) of
+    every cached trace, by model and shape, oldest first: what a report answers advisor fit from."""
+    return conn.execute(
+        "SELECT model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, payload "
+        "FROM predictions ORDER BY model, seq_len, image_size, device, created_at"
+    ).fetchall()
+
+
 def run_groups(path: Path, run_ids: list[int]) -> list[int]:
     """The evidence groups (their row ids in that KB) of runs just written there, in the runs' order."""
     ids = [i for i in run_ids if isinstance(i, int)]
     if not ids:
         return []
-    conn = connect_readonly(path)
+    conn = connect_kb_readonly(path)
     try:
         found = dict(
             conn.execute(
@@ -622,7 +712,7 @@ def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
     if db or os.environ.get("ADVISOR_DB"):
         path = resolve_db_path(db)
         READING[:] = [str(path)]
-        conn = connect_readonly(path)
+        conn = connect_kb_readonly(path)
         try:
             check_read(conn, Path(path), "main", full=False)
         except BaseException:
@@ -630,7 +720,7 @@ def open_for_reading(db: str | os.PathLike | None) -> sqlite3.Connection:
             raise
         return conn
     READING[:] = [str(shipped_kb_path())] + ([str(user_kb_path())] if exists(user_kb_path()) else [])
-    conn = connect_readonly(shipped_kb_path())
+    conn = connect_kb_readonly(shipped_kb_path())
     if exists(user_kb_path()):
         try:
             read_together(conn, user_kb_path())
@@ -657,7 +747,7 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
     keeping its provenance, and nothing is copied or written. Tables the user's KB lacks stay the shipped
     KB's own."""
     try:
-        connect_readonly(user_path).close()  # an advisor KB at this schema, or a sentence
+        connect_kb_readonly(user_path).close()  # an advisor KB at this schema, or a sentence
     except KBError as e:
         raise KBError(
             f"{str(e).rstrip('.')}; it is your own KB, read beside the shipped one: move it aside "
@@ -737,7 +827,7 @@ def check_kb(path: Path) -> list[str]:
     from advisor.kb import admission  # off the answer path (see _check_pages_and_rows)
 
     try:
-        conn = connect_readonly(path)
+        conn = connect_kb_readonly(path)
     except KBError as e:
         return [str(e)]
     try:

@@ -1,7 +1,7 @@
 """Opening a KB for reading, and the checks that refuse a file which is not a usable KB.
 
 Writers open a KB through `advisor.kb.store.open_for_writing`, which applies the migrations (`advisor.kb.migrations`);
-the answer side reads through `connect_readonly` (stdlib sqlite3 only). The checks serve both.
+the answer side reads through `connect_kb_readonly` (stdlib sqlite3 only). The checks serve both.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ HOSTILE = ("view", "trigger")  # schema objects advisor never creates: a KB hold
 INTERNAL = ("sqlite_autoindex_", "sqlite_stat", "sqlite_sequence")  # SQLite's own objects, allowed
 
 
-def connect_readonly(path: str | Path) -> sqlite3.Connection:
-    """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema."""
+def connect_kb_readonly(path: str | Path) -> sqlite3.Connection:
+    """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema (what a reader
+    answers from; `connect_file_readonly` opens any SQLite file, unchecked)."""
     path = Path(path)
     check_readable(path)
     if path.stat().st_size == 0:
         raise KBError(
             f"{path} is empty, not a knowledge base. Pass --db with an advisor KB, or build one with `advisor kb build -o`."
         )
-    conn = connect_ro(path)
+    conn = connect_file_readonly(path)
     try:
         refuse_hostile(conn, path)
         refuse_newer(conn, path)
@@ -52,8 +53,9 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-def connect_ro(path: Path) -> sqlite3.Connection:
-    """A read-only connection that has read the schema page (so a corrupt file fails here, with a sentence)."""
+def connect_file_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection to any SQLite file (mode=ro, else immutable), unchecked: it has read the schema
+    page (so a corrupt file fails here, with a sentence), nothing more (`connect_kb_readonly` checks a KB)."""
     uri = path.resolve().as_uri()
     try:
         conn = guarded(sqlite3.connect(f"{uri}?mode=ro", uri=True))

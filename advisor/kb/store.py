@@ -32,7 +32,7 @@ from advisor.kb.schema import (
     applied_migrations,
     check_readable,
     check_schema,
-    connect_ro,
+    connect_file_readonly,
     corrupt_error,
     integrity_problems,
     refuse_hostile,
@@ -69,7 +69,7 @@ def whole_before_migrating(path: Path) -> None:
             "where none is; remove the empty file, or pass the KB you meant)."
         )
     check_readable(path)
-    ro = connect_ro(path)
+    ro = connect_file_readonly(path)
     try:
         problems = integrity_problems(ro, full=True)
     except sqlite3.DatabaseError as e:
@@ -89,7 +89,7 @@ def open_for_writing(path: str | Path) -> sqlite3.Connection:
     if path.exists():
         check_readable(path)
         if path.stat().st_size:
-            ro = connect_ro(path)  # refuse before any pragma writes to it
+            ro = connect_file_readonly(path)  # refuse before any pragma writes to it
             try:
                 refuse_hostile(ro, path)  # a trigger would run as we write
                 refuse_newer(ro, path)
@@ -579,6 +579,33 @@ def _figures_kept(conn: sqlite3.Connection, run_id: int, metrics) -> tuple[list,
         else:
             kept.append((name, value, unit))
     return kept, dropped
+
+
+# --- a run read back by its writer ----------------------------------------------------------------------
+
+
+def run_group(conn: sqlite3.Connection, run_id: int) -> int | None:
+    """The evidence group the store gave a run (None where there is no such run): what its line names."""
+    row = conn.execute("SELECT grp FROM runs WHERE id = ?", [run_id]).fetchone()
+    return row[0] if row else None
+
+
+def run_ending(conn: sqlite3.Connection, run_id: int) -> tuple[str, str | None] | None:
+    """A run's (status, error), None where there is no such run: how a cell whose process died had ended."""
+    row = conn.execute("SELECT status, error FROM runs WHERE id = ?", [run_id]).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def run_config(conn: sqlite3.Connection, run_id: int) -> dict | None:
+    """A run's stored config ({} where it holds none), None where there is no such run: what an update adds to."""
+    row = conn.execute("SELECT config FROM runs WHERE id = ?", [run_id]).fetchone()
+    return None if row is None else json.loads(row[0] or "{}")
+
+
+def trained_seconds(conn: sqlite3.Connection) -> float:
+    """The training time of every epoch a KB holds, summed (0 where none): a calibration KB's one cell."""
+    (seconds,) = conn.execute("SELECT coalesce(sum(wall_s), 0) FROM epochs").fetchone()
+    return seconds
 
 
 # --- validations and predictions -------------------------------------------------------------------------

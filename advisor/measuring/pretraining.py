@@ -22,8 +22,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from advisor.errors import InputError
-from advisor.measuring.model.builder import MARKER
+from advisor.measuring.data.corpus import encoded, epoch_batches, generated_rows
+from advisor.measuring.machine.hardware import describe, resolve_device
+from advisor.measuring.model.builder import MARKER, build_model
 from advisor.model_ref import ResolvedModel
+from advisor.places import user_dir
 from advisor.rules import Rules
 
 WRITES = {MARKER, "config.json", "generation_config.json", "model.safetensors"}  # all a base folder holds
@@ -51,8 +54,6 @@ class Recipe:
 
 def default_out(model: ResolvedModel, preset: str) -> Path:
     """Where a base goes unless --out says: the data folder's bases/, by model and preset."""
-    from advisor.places import user_dir
-
     return user_dir() / "bases" / f"{model.name}-{preset}"
 
 
@@ -81,11 +82,10 @@ def pretrain(
 ) -> dict:
     """Train the reference model by the recipe and save it at `out` (written beside it, then renamed into
     place: an interrupted run leaves no half base); returns what advisor-base.json records."""
+    # torch and what loads it, here: advisor.api.pretrain imports this module to refuse a bad --out
+    # (check_out, default_out) before training, and that must not wait seconds for torch
     import torch
 
-    from advisor.measuring.data.corpus import encoded, epoch_batches, generated_rows
-    from advisor.measuring.machine.hardware import describe, resolve_device
-    from advisor.measuring.model.builder import build_model
     from advisor.measuring.recipe.config import PRESET_DEFAULTS
     from advisor.measuring.recipe.optimizers import make_optimizer
     from advisor.measuring.recipe.strategies import train_step

@@ -1,7 +1,10 @@
 """What `advisor measure` (and `advisor.measure(...)`) is asked, as one object: the models, the base run
 configuration, the data, the scale-out (executor, shard), the tuning and the order. `check()` refuses a
-request that cannot run before anything is built; `plan()` gives the cells it would run; `run()` runs them
-into a KB; `price()` is `--plan`: their predicted cost, nothing trained."""
+request that cannot run before anything is built; `grid()` gives the cells it would run; `run()` runs them
+into a KB; `price()` is `--plan`: their predicted cost, nothing trained.
+
+The command line reads this dataclass (and RunConfig) for its options' defaults and help as `advisor measure
+--help` loads: so what runs the grid (torch) is imported inside the methods that run it, never at the top."""
 
 from __future__ import annotations
 
@@ -10,23 +13,26 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
-from advisor.measuring.grid.deciding import CloseCall, close_calls, more_seeds
-from advisor.measuring.grid.local import GridRun, run_grid
-from advisor.measuring.grid.runner import CellResult, plan_grid
+from advisor.fields import option
 from advisor.measuring.grid.shard import Shard, parse
-from advisor.measuring.grid.tuning import Tuned, tune
 from advisor.measuring.machine.hardware import resolve_device
-from advisor.measuring.planning.plan import Plan, plan_cells
 from advisor.measuring.recipe.config import GridCell, RunConfig
-from advisor.measuring.recipe.optimizers import missing_package
 from advisor.measuring.training.dataset import check_cells, resolve
 from advisor.measuring.training.progress import Reporter, nothing_measured
 from advisor.model_ref import ResolvedModel
 from advisor.places import resolve_write_path, user_dir
 from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.rules import Rules
+
+if TYPE_CHECKING:
+    from advisor.measuring.grid.deciding import CloseCall
+    from advisor.measuring.grid.local import GridRun
+    from advisor.measuring.grid.runner import CellResult
+    from advisor.measuring.grid.tuning import Tuned
+    from advisor.measuring.planning.plan import Plan
 
 EXECUTORS = ("local", "ray")
 MEASURED_DTYPES = (
@@ -41,19 +47,65 @@ class MeasureRequest:
 
     models: tuple[ResolvedModel, ...]  # --model, resolved once (`all`: every family's reference model)
     base: RunConfig = field(default_factory=RunConfig)  # --preset, --epochs, --lr, --dtype, --protocol, ...
-    optimizers: tuple[str, ...] = ()  # --optimizer; () the family's grid (rules/families.toml)
-    strategies: tuple[str, ...] = ()  # --strategy; () the family's grid
-    seeds: int = 1  # --seeds: every cell over seeds 0..N-1
-    data: str = "generated"  # --data: generated, mmimdb, a Hugging Face dataset id, or a local path
-    fallback: bool = False  # --fallback: generated data when the hub cannot be reached
-    tune_lr: bool = False  # --tune-lr: each optimizer's rate chosen first (fair protocol)
-    decide: bool = False  # --decide: after the grid, more seeds where they decide a close call (deciding.py)
-    order_seed: int | None = None  # --order-seed: the shuffled order; None a fresh one, recorded
-    executor: str = "local"  # --executor: local (one cell at a time here) | ray
-    ray_address: str | None = None  # --ray-address: the cluster to join (None: start one here)
-    cpus_per_cell: int | None = None  # --cpus-per-cell, with ray
-    shard: str | None = None  # --shard K/N | auto: one deterministic share of the grid
-    db: Path | None = None  # --db: the KB to write (None: $ADVISOR_DB, else the user's; a shard's own)
+    optimizers: tuple[str, ...] = option((), "Optimizers to run (repeatable). Default: the family's grid.")
+    strategies: tuple[str, ...] = option(
+        (),
+        "standard, checkpointing, selective-checkpointing, accumulation, checkpointing+accumulation, "
+        "accumulation-equal-samples, or lora (LoRA adapters on a pretrained model's frozen weights: a folder "
+        "with weights, e.g. from advisor pretrain) (repeatable). Default: the family's grid.",
+    )
+    seeds: int = option(1, "Repeat every cell over seeds 0..N-1.")
+    data: str = option(
+        "generated",
+        "What to train on: generated (offline, deterministic), mmimdb (the paper's MM-IMDb, pinned to the "
+        "commit it cites; downloaded once, its size said first), a Hugging Face dataset id (owner/name"
+        "[@revision]), or a local path: a JSONL, CSV, Parquet or text file, a folder of them, a save_to_disk "
+        "folder, or an image folder (class subfolders, or captions in metadata.jsonl). Runs on other data are "
+        "their own evidence (docs/measuring.md).",
+    )
+    fallback: bool = option(
+        False,
+        "When the Hugging Face hub cannot be reached (asked once, about a second) and the data is not in the "
+        "local cache: measure on generated data instead of stopping (every run records it).",
+    )
+    tune_lr: bool = option(
+        False,
+        "Choose each optimizer's learning rate first: a log grid around its default on a tuning seed, the best "
+        "by held-out loss, tuned per effective batch (accumulation at its own batch; fair protocol only; the "
+        "runs record the rate and the grid).",
+    )
+    decide: bool = option(
+        False,
+        "After the grid: more seeds for its answers' close calls (a runner-up neither separated from the pick "
+        "nor equivalent to it), on both sides, where the seeds that would decide one are at most "
+        "rules/protocol.toml [deciding] max_seeds; the rest are listed with what they would need. Needs "
+        "--seeds 2 or more.",
+    )
+    order_seed: int | None = option(
+        None, "Seed of the shuffled cell order (default: a fresh one, printed and recorded with every run)."
+    )
+    executor: str = option(
+        "local",
+        "local: one cell at a time on this machine. ray: each cell a Ray task on a cluster (one GPU per cell, "
+        "or a node's CPUs), this process the only writer to the KB (pip install 'advisor[cluster]').",
+    )
+    ray_address: str | None = option(
+        None,
+        "The Ray cluster to join (auto: the one this host belongs to). Default: start one on this machine.",
+    )
+    cpus_per_cell: int | None = option(
+        None,
+        "With --executor ray: CPUs a cell asks for (default: 1 beside its GPU; on CPU nodes, all the CPUs of "
+        "the smallest node, so that no two cells share a node's cores).",
+    )
+    shard: str | None = option(
+        None,
+        "Run only shard K of N of the grid (a deterministic split by cell key), into its own KB; `auto` reads "
+        "a Slurm job array's SLURM_ARRAY_TASK_ID and _COUNT. Unite the shards with `advisor kb merge`.",
+    )
+    db: Path | None = option(
+        None, "Knowledge base file to write (default: $ADVISOR_DB, else your own KB: `advisor kb path`)."
+    )
 
     def check(self, pricing: bool = False) -> Shard | None:
         """Refuse flags that cannot go together (InputError naming the flag), before torch builds anything;
@@ -71,6 +123,8 @@ class MeasureRequest:
                 "fit's predictions.",
                 "--dtype",
             )
+        from advisor.measuring.recipe.optimizers import missing_package  # torch: see the module's docstring
+
         for name in self.optimizers:
             package = missing_package(name)
             if package:
@@ -114,7 +168,7 @@ class MeasureRequest:
         """An adapter strategy fine-tunes pretrained weights: refused for a model built at random, where
         adapters on a random base would measure nothing a fine-tune meets, and with an optimizer that does not
         train adapters (rules/optimizers.toml `adapters`)."""
-        from advisor.measuring.model.builder import has_weights
+        from advisor.measuring.model.builder import has_weights  # transformers: see the module's docstring
 
         asked = [s for s in self.strategies if s in rules.adapters]
         for name in self.optimizers if asked else ():
@@ -145,9 +199,11 @@ class MeasureRequest:
                     "--model",
                 )
 
-    def plan(self, rules: Rules, say: Callable[[str], None] = lambda line: None) -> Grid:
+    def grid(self, rules: Rules, say: Callable[[str], None] = lambda line: None) -> Grid:
         """The cells this request runs: the grid with its data resolved once, here (the hub asked once, a
         download done before any cell starts) and checked against every model, then this shard's share."""
+        from advisor.measuring.grid.runner import plan_grid  # torch: see the module's docstring
+
         shard = self.check()
         self._check_adapters(rules)
         if self.executor == "local":
@@ -177,7 +233,13 @@ class MeasureRequest:
     ) -> Measured:
         """Measure the planned cells (`grid`: this request's plan, made already) into the KB, tuning the
         rates first with --tune-lr."""
-        grid = grid or self.plan(rules, say)
+        from advisor.measuring.grid.deciding import (  # torch: see the module's docstring
+            close_calls,
+            more_seeds,
+        )
+        from advisor.measuring.grid.tuning import tune
+
+        grid = grid or self.grid(rules, say)
         run = self._runner(grid.path, rules, reporter or Reporter())
         cells, tuned = grid.cells, []
         if self.tune_lr:
@@ -195,6 +257,8 @@ class MeasureRequest:
         return Measured(grid, ran, tuned, extra, close_calls(grid.path, cells, rules))
 
     def _runner(self, path: Path, rules: Rules, reporter: Reporter) -> Callable[[list[GridCell]], GridRun]:
+        from advisor.measuring.grid.local import run_grid  # torch: see the module's docstring
+
         if self.executor == "ray":
             from advisor.measuring.grid.cluster import (
                 run_grid_ray,  # Ray is an extra, imported only when asked for
@@ -209,6 +273,9 @@ class MeasureRequest:
         """--plan: every cell's predicted time and memory on `gpu` (None: this machine), and the makespan
         on each number of workers. Nothing is trained, and the data is not resolved: it does not change
         a step's cost."""
+        from advisor.measuring.grid.runner import plan_grid  # torch: see the module's docstring
+        from advisor.measuring.planning.plan import plan_cells
+
         shard = self.check(pricing=True)
         self._check_adapters(rules)
         cells = plan_grid(self.models, rules, self.optimizers, self.strategies, self.seeds, self.base)

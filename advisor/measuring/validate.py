@@ -28,9 +28,8 @@ from advisor.measuring.machine.monitor import Monitor
 from advisor.measuring.model.builder import build_model, reference_shape
 from advisor.measuring.model.families.base import IGNORE
 from advisor.measuring.recipe import strategies
-from advisor.measuring.recipe.config import RunConfig
+from advisor.measuring.recipe.config import DEFAULT_LR, RunConfig
 from advisor.measuring.recipe.optimizers import (
-    DEFAULT_LR,
     ConjugateGradient,
     make_optimizer,
     minimize_quadratic,

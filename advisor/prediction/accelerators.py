@@ -57,7 +57,7 @@ def resolve(name: str, rules: Rules) -> Accelerator:
     suggest = sorted({choices[c] for c in close}) or sorted(rules.accelerators)
     raise UnknownAccelerator(
         f"unknown accelerator {name!r}. Did you mean: {', '.join(suggest)}? "
-        "(all: advisor fit --list-gpus; or pass --memory GB)"
+        "(all: advisor fit --list-gpus; or pass --memory GiB)"
     )
 
 

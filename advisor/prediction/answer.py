@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from advisor.errors import FitError, KBError
-from advisor.kb.reader import fit_validations, speed_calibrations
-from advisor.kb.schema import connect_readonly
+from advisor.kb.reader import fit_validations, measured_values, speed_calibrations
+from advisor.kb.schema import connect_kb_readonly
 from advisor.places import shipped_kb_path
 from advisor.prediction import accelerators, ranking, speed
 from advisor.prediction.cache import PredictionCache, keys_of, software
@@ -159,7 +159,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         cache.put(q, fresh, keys, soft)
         found.update({keys[c]: payload for c, payload in fresh.items()})
     use = utilization(q, rules, cache.read)
-    shipped = _open_quietly(shipped_kb_path(), connect_readonly, KBError)
+    shipped = _open_quietly(shipped_kb_path(), connect_kb_readonly, KBError)
     kbs = [conn for conn in (cache.read, shipped) if conn is not None]  # the user's first
     trades = Trades.read(kbs, q, rules)
     tuned = rates_tuned(kbs, q)
@@ -468,10 +468,7 @@ def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules:
 
 def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
     try:
-        rows = conn.execute(
-            "SELECT r.hardware, m.value FROM metrics m JOIN runs r ON r.id = m.run_id "
-            "WHERE m.name = 'mfu' AND r.status = 'ok'"
-        ).fetchall()
+        rows = measured_values(conn, "mfu")
     except sqlite3.DatabaseError:
         return None
     values = sorted(v / 100 for h, v in rows if accelerators.find(h, rules) == acc)  # stored in %

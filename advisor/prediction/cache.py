@@ -6,18 +6,24 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from advisor.errors import KBError
 from advisor.kb import store
-from advisor.kb.schema import connect_readonly
+from advisor.kb.reader import prediction_payloads, predictions_held, traced_predictions
+from advisor.kb.schema import connect_kb_readonly
 from advisor.places import resolve_write_path
 from advisor.prediction.question import Question
 from advisor.prediction.sharding import basis
 from advisor.prediction.step import ENGINE_VERSION, Config
-from advisor.rules import Rules
+from advisor.rules import Accelerator, Rules
+
+if TYPE_CHECKING:
+    from advisor.prediction.answer import FitAnswer
 
 LIBRARIES = ("peft", "bitsandbytes", "torchao", "schedulefree")  # what some configurations trace
 
@@ -113,9 +119,7 @@ class PredictionCache:
         """key -> payload of the predictions the KB holds."""
         if self.read is None or not keys:
             return {}
-        marks = ",".join("?" * len(keys))
-        rows = self.read.execute(f"SELECT key, payload FROM predictions WHERE key IN ({marks})", keys)
-        return {k: json.loads(p) for k, p in rows}
+        return prediction_payloads(self.read, keys)
 
     def put(self, q: Question, fresh: dict[Config, dict], keys: dict[Config, str], soft: dict) -> None:
         """Store freshly traced payloads, one row per configuration."""
@@ -155,9 +159,7 @@ class PredictionCache:
         keys = list(keys_of(q, rules, software()).values())
         if self.read is None:
             return True
-        marks = ",".join("?" * len(keys))
-        (n,) = self.read.execute(f"SELECT count(*) FROM predictions WHERE key IN ({marks})", keys).fetchone()
-        return n < len(set(keys))
+        return predictions_held(self.read, keys) < len(set(keys))
 
     def close(self) -> None:
         if self.read is not None:
@@ -170,8 +172,99 @@ def open_cache(db) -> PredictionCache:
     if not path.exists():
         return PredictionCache(None, path)
     try:
-        return PredictionCache(connect_readonly(path), path)
+        return PredictionCache(connect_kb_readonly(path), path)
     except KBError:
         return PredictionCache(
             None, path
         )  # an older or foreign KB: fit still answers; caching says what is wrong
+
+
+FULL = {"adapter": "full"}  # a full fine-tuning trace's adapter, as the cache stores it
+
+
+@dataclass
+class Traced:
+    """One model at one shape as advisor fit's cache in the KB holds it: its traces, each with its
+    configuration, the adapter settings and the attention it was traced with."""
+
+    name: str  # as `advisor fit --model` was given it: a reference name, a Hugging Face id, a folder
+    family: str | None
+    seq_len: int | None
+    image_size: int | None
+    device: str  # cuda | cpu: which implementations were traced
+    # each trace: its configuration, adapter settings (the cache's key), attention and payload
+    traces: list[tuple[Config, dict, str, dict]] = field(default_factory=list)
+
+    def options(self) -> dict:
+        """The FitRequest the traces answer: the LoRA settings and attention most of them were traced with."""
+        lora = Counter(_settings(a) for _, a, _, _ in self.traces if a != FULL).most_common(1)
+        bits = Counter(a["base_bits"] for _, a, _, _ in self.traces if a["adapter"] == "qlora").most_common(1)
+        attention = Counter(at for _, _, at, _ in self.traces).most_common(1)[0][0]
+        r, alpha, targets = json.loads(lora[0][0]) if lora else (16, None, ())
+        return dict(
+            lora_r=r,
+            lora_alpha=alpha,
+            lora_targets=tuple(targets),
+            base_bits=bits[0][0] if bits else 4,
+            attention=attention,
+        )
+
+    def payloads(self, q: Question) -> dict[Config, dict]:
+        """The traces a question reads: those of its adapter settings (alpha aside: it costs no memory) and
+        attention."""
+        return {
+            c: payload
+            for c, adapter, attention, payload in self.traces
+            if attention == q.traced_attention and _same(adapter, q.adapter_of(c.adapter).key())
+        }
+
+
+def _settings(adapter: dict) -> str:
+    """An adapter's LoRA settings as one comparable value: [r, alpha, targets]."""
+    return json.dumps([adapter.get("r", 16), adapter.get("alpha"), sorted(adapter.get("targets", ()))])
+
+
+def _same(stored: dict, asked: dict) -> bool:
+    """Whether a trace's adapter is the one a question asks, alpha aside."""
+    return _without_alpha(stored) == _without_alpha(asked)
+
+
+def _without_alpha(adapter: dict) -> str:
+    """An adapter key as one comparable value, alpha left out (it scales, it costs no memory)."""
+    return json.dumps(
+        {k: list(v) if isinstance(v, tuple) else v for k, v in adapter.items() if k != "alpha"},
+        sort_keys=True,
+    )
+
+
+def traced_models(conn: sqlite3.Connection) -> list[Traced]:
+    """Every model and shape the KB holds traces of, in the order of their names."""
+    found: dict[tuple, Traced] = {}
+    rows = traced_predictions(conn)
+    for model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, text in rows:
+        key = (model, config_hash, seq_len, image_size, device)
+        traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device))
+        payload = json.loads(text)
+        what = payload.get("configuration") or {}
+        adapter = what.get("adapter", FULL)
+        offload, sharding = what.get("offload", "none"), what.get("sharding", "none")
+        config = Config(adapter["adapter"], dtype, optimizer, strategy, offload, sharding)
+        traced.traces.append((config, adapter, what.get("attention", "sdpa"), payload))
+    return list(found.values())
+
+
+@dataclass
+class StoredPredictions(PredictionCache):
+    """advisor fit's cache as the report reads it: the traces of one model and shape, found by configuration
+    rather than by the key a trace was stored under (that hashes the versions of torch and transformers of the
+    machine that traced it, which the machine making the report need not have); never written."""
+
+    payloads: dict[str, dict] = field(default_factory=dict)  # the question's keys -> traces
+
+    def get(self, keys: list[str]) -> dict[str, dict]:
+        return {k: self.payloads[k] for k in keys if k in self.payloads}
+
+
+# advisor fit's answers for one traced model and shape: each accelerator with its answer, or the sentence
+# that says why there is none (what the report's fit section shows; api.traced_fits makes it)
+TracedFits = tuple[Traced, list[tuple[Accelerator, "FitAnswer | str"]]]

@@ -1,4 +1,4 @@
-"""What `advisor fit` is asked: the options as the user gives them (`FitOptions`), checked against the
+"""What `advisor fit` is asked: the options as the user gives them (`FitRequest`), checked against the
 model and the accelerator into one `Question`, with the menu of configurations it asks about, that every
 later step receives."""
 
@@ -9,46 +9,111 @@ from dataclasses import dataclass, replace
 from importlib.util import find_spec
 
 from advisor.errors import InputError
+from advisor.fields import option
 from advisor.model_ref import ResolvedModel
 from advisor.prediction import accelerators
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS, Adapter, Config
 from advisor.rules import Accelerator, Rules
 
 SHARDED_STRATEGIES = ("standard", "checkpointing")  # FSDP's default strategies (Menu.strategies)
+MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
 OFFLOAD_DTYPES = ("bf16-mixed",)  # what an offloaded optimizer is predicted for: a bf16 device copy
 
 
 @dataclass(frozen=True, kw_only=True)
-class FitOptions:
-    """The options of `advisor fit` (and of `recommend --model`, `measure --plan`, `advisor.fit`), as given.
-    An empty tuple means the default menu of that axis."""
+class FitRequest:
+    """What `advisor fit` is asked (and the menu of `recommend --model`, `measure --plan`, `advisor.fit`), as
+    given: each field's default and help declared here once, the command line's options read from them. An
+    empty tuple means the default menu of that axis."""
 
-    gpu: str | None = None  # the accelerator by name: A100-80GB, H100, RTX4090, cpu (rules/hardware.toml)
-    memory: float | None = (
-        None  # the memory budget in GiB (the unit on the box), instead of (or overriding) the accelerator's
+    gpu: str | None = option(
+        None,
+        "The accelerator: A100-40GB, A100-80GB, H100, H200, L4, L40S, A10G, T4, V100, RTX3090, RTX4090, RTX5090, "
+        "MI300X, cpu (`advisor fit --list-gpus`).",
     )
-    batch_size: int | None = None  # micro-batch (per_device_train_batch_size); None: the largest that fits
-    seq_len: int | None = None  # tokens per sample; None: the family's default, capped at the model's maximum
-    image_size: int | None = None  # image side in pixels; None: the config's
-    dtype: str | tuple[str, ...] | None = None  # one or several of DTYPES; None: the accelerator's menu
-    accumulation_steps: int | None = (
-        None  # micro-batches per step with accumulation; None: to the effective batch
+    memory: float | None = option(
+        None,
+        'The accelerator memory to fit in, in GiB as the box states it (a "24 GB" card: 24), instead of (or '
+        "overriding) --gpu's: fit and recommend exclude configurations above it (never compared with host RAM); "
+        "measure treats memory above it as out of memory (CUDA: a per-process fraction; CPU: host RSS).",
     )
-    effective_batch: int | None = None  # samples per optimizer step over every rank; None: rules/fit.toml's
-    optimizers: tuple[str, ...] = ()  # only these; (): the menu's (rules/optimizers.toml, menu = true)
-    strategies: tuple[str, ...] = ()  # only these; (): every strategy of the rules
-    adapters: tuple[str, ...] = ()  # full | lora | qlora; (): every one that applies
-    lora_r: int = 16  # LoRA's rank
-    lora_alpha: int | None = None  # LoRA's alpha; None: 2 x r
-    lora_targets: tuple[str, ...] = ()  # module names LoRA adapts; (): every linear layer of the blocks
-    base_bits: int = 4  # QLoRA's base: 4 (NF4, double quantization) or 8 (LLM.int8)
-    offload: tuple[str, ...] = ()  # none | optimizer | optimizer+params; (): every one that applies
-    gpus: int = 1  # accelerators per node
-    nodes: int = 1
-    # ddp | zero1 | zero2 | zero3 | fsdp | hsdp; (): all that apply to gpus x nodes
-    shardings: tuple[str, ...] = ()
-    attention: str = "sdpa"  # sdpa | eager | flash_attention_2
-    mfu: float | None = None  # fraction of peak FLOP/s a step reaches; None: measured, else the default
+    batch_size: int | None = option(
+        None,
+        "Micro-batch size (per_device_train_batch_size); default: each configuration's largest that fits, a "
+        "power of two up to the effective batch.",
+    )
+    seq_len: int | None = option(
+        None, "Tokens per sample of a model that takes text (a VLM: per caption). Default: the model's."
+    )
+    image_size: int | None = option(
+        None,
+        "Image side in pixels of a model that takes images (a multiple of its patch size). Default: the config's.",
+    )
+    dtype: str | tuple[str, ...] = option(
+        (),
+        "fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure: weights, gradients and "
+        "state in bf16) (repeatable). Default: bf16-mixed and pure bf16 where the chip has bf16 (an adapter: "
+        "bf16-mixed), else fp16-mixed; fp32 on a CPU.",
+    )
+    accumulation_steps: int | None = option(
+        None, "Micro-batches per optimizer step with accumulation; default: what reaches the effective batch."
+    )
+    effective_batch: int | None = option(
+        None,
+        "Samples per optimizer step over every GPU that the recipe reaches (micro-batch x accumulation x GPUs). "
+        "Default: 16 for decoders and VLMs, 32 for encoders, 64 for vision (rules/fit.toml [recipe]).",
+    )
+    optimizers: tuple[str, ...] = option(
+        (),
+        "Only these optimizers (repeatable), as Trainer's optim names them (adamw_bnb_8bit, adamw_torch_4bit, "
+        "lion_8bit, ...). Default: the menu of rules/optimizers.toml.",
+    )
+    strategies: tuple[str, ...] = option(
+        (),
+        "Only these strategies (repeatable): standard, checkpointing, selective-checkpointing, accumulation, "
+        "checkpointing+accumulation. Default: all.",
+    )
+    adapters: tuple[str, ...] = option(
+        (),
+        "What trains (repeatable): full (every weight), lora (peft's LoRA on a frozen base), qlora (LoRA on a "
+        "4-bit NF4 base). Default: every one that applies (no QLoRA on a CPU).",
+    )
+    lora_r: int = option(16, "LoRA's rank.")
+    lora_alpha: int | None = option(None, "LoRA's alpha (the update is scaled by alpha / r). Default: 2 x r.")
+    lora_targets: tuple[str, ...] = option(
+        (),
+        "Comma-separated module names LoRA adapts, e.g. q_proj,v_proj. Default: every linear layer of the "
+        "blocks (peft's all-linear).",
+    )
+    base_bits: int = option(4, "QLoRA's base: 4 (NF4, double quantization, bf16 compute) or 8 (LLM.int8).")
+    offload: tuple[str, ...] = option(
+        (),
+        "Where the optimizer lives (repeatable): none; optimizer (its state, fp32 master weights and gradients "
+        "on the host: ZeRO-Offload on one GPU, ZeRO-2/3); optimizer+params (ZeRO-3, FSDP's CPU offload). "
+        "Default: every one that applies.",
+    )
+    gpus: int = option(
+        1,
+        "Accelerators per node. Above one, every rank's memory is predicted per rank, with the communication "
+        "each sharding costs and the config to launch it.",
+    )
+    nodes: int = option(1, f"Nodes of --gpus each (at most {MAX_NODES:,}, past the largest clusters built).")
+    shardings: tuple[str, ...] = option(
+        (),
+        "How the ranks share the work (repeatable: each one compared, not combined): ddp, zero1, zero2, zero3 "
+        "(DeepSpeed), fsdp (FSDP2 full shard), hsdp (FSDP within a node, replicated across nodes). Default: all "
+        "that apply.",
+    )
+    attention: str = option(
+        "sdpa",
+        "The attention implementation (attn_implementation); flash_attention_2 is predicted as sdpa's "
+        "FlashAttention kernel.",
+    )
+    mfu: float | None = option(
+        None,
+        "Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else "
+        "0.35).",
+    )
 
 
 @dataclass(frozen=True)
@@ -101,14 +166,14 @@ class Question:
 
 
 def question(
-    model: ResolvedModel, options: FitOptions, rules: Rules, accelerator: Accelerator | None = None
+    model: ResolvedModel, options: FitRequest, rules: Rules, accelerator: Accelerator | None = None
 ) -> Question:
     """The whole question, every option checked against the model and the accelerator (`accelerator`: one
     already resolved, instead of options.gpu). InputError names the option to fix."""
     options = _normalized(options)
     acc = accelerator or (accelerators.resolve(options.gpu, rules) if options.gpu else None)
     if acc is None and options.memory is None:
-        raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GB.", "--gpu")
+        raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GiB.", "--gpu")
     budget = (
         options.memory * accelerators.GB_PER_GIB
         if options.memory is not None
@@ -143,7 +208,7 @@ class Menu:
     """The configurations a question asks about: each axis as given, else its default, with the combinations
     that do not apply left out (and refused when the user named both sides of one)."""
 
-    def __init__(self, options: FitOptions, rules: Rules, acc: Accelerator | None):
+    def __init__(self, options: FitRequest, rules: Rules, acc: Accelerator | None):
         self.o, self.rules, self.acc = options, rules, acc
         self.cpu = acc is not None and acc.key == "cpu"
         self.left_out: list[str] = []
@@ -339,11 +404,10 @@ def installed(rules: Rules, optimizer: str) -> bool:
 
 
 MAX_GPUS_PER_NODE = 72  # an NVL72 rack's NVLink domain, the largest one node's link figure stands for
-MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
 TUPLES = ("optimizers", "strategies", "adapters", "lora_targets", "offload", "shardings")
 
 
-def _normalized(options: FitOptions) -> FitOptions:
+def _normalized(options: FitRequest) -> FitRequest:
     """A single name where a tuple is expected (the Python API's adapters="lora") as a one-name tuple."""
     fixed = {k: (getattr(options, k),) for k in TUPLES if isinstance(getattr(options, k), str)}
     options = replace(options, **fixed) if fixed else options
@@ -351,7 +415,7 @@ def _normalized(options: FitOptions) -> FitOptions:
     return replace(options, **repeated)
 
 
-def _check_numbers(options: FitOptions) -> None:
+def _check_numbers(options: FitRequest) -> None:
     """What click checks on the command line, for the Python API too."""
     checks = [
         ("--lora-r", options.lora_r, 1, "a whole, positive rank; 8 to 64 are usual"),
@@ -385,11 +449,11 @@ def _check_numbers(options: FitOptions) -> None:
     for flag, value, top in (("--memory", options.memory, math.inf), ("--mfu", options.mfu, 1.0)):
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if value is not None and (not number or not math.isfinite(value) or not 0 < value <= top):
-            bound = "a positive number of GB" if flag == "--memory" else "a fraction in (0, 1]"
+            bound = "a positive number of GiB" if flag == "--memory" else "a fraction in (0, 1]"
             raise InputError(f"{flag} must be {bound} (got {value!r}).", flag)
 
 
-def _effective(options: FitOptions, model: ResolvedModel, rules: Rules) -> tuple[int, str]:
+def _effective(options: FitRequest, model: ResolvedModel, rules: Rules) -> tuple[int, str]:
     """(samples per optimizer step over every rank, its source): --effective-batch, the product of a given
     micro-batch, accumulation and ranks, or the family's default (rules/fit.toml [recipe.effective_batch])."""
     world = options.gpus * options.nodes
@@ -408,7 +472,7 @@ def _effective(options: FitOptions, model: ResolvedModel, rules: Rules) -> tuple
     return table.get(name, table["other"]), f"the default for {name} models (rules/fit.toml [recipe])"
 
 
-def _check_attention(options: FitOptions, acc: Accelerator | None) -> None:
+def _check_attention(options: FitRequest, acc: Accelerator | None) -> None:
     """FlashAttention-2 needs an Ampere or newer GPU (bf16 is the proxy: the chips of rules/hardware.toml with
     bf16 are those) and half precision."""
     if options.attention != "flash_attention_2":
@@ -432,7 +496,7 @@ def _dtypes(dtype: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return (dtype,) if isinstance(dtype, str) else tuple(dict.fromkeys(dtype))
 
 
-def _lora(options: FitOptions) -> Adapter:
+def _lora(options: FitRequest) -> Adapter:
     """The LoRA settings, checked: a positive rank and alpha, 4- or 8-bit base."""
     alpha = 2 * options.lora_r if options.lora_alpha is None else options.lora_alpha
     if alpha <= 0:
@@ -460,7 +524,7 @@ def _lora(options: FitOptions) -> Adapter:
     return Adapter("lora", options.lora_r, alpha, targets, options.base_bits)
 
 
-def _shape(model: ResolvedModel, options: FitOptions) -> tuple[int | None, int | None]:
+def _shape(model: ResolvedModel, options: FitRequest) -> tuple[int | None, int | None]:
     """(tokens per sample, image side) for the model: what its family takes, the user's sizes checked."""
     family = model.family
     if not family.takes_text and options.seq_len is not None:
@@ -479,7 +543,7 @@ def _shape(model: ResolvedModel, options: FitOptions) -> tuple[int | None, int |
     return seq_len, options.image_size or model.image_size
 
 
-def _check_names(options: FitOptions, rules: Rules) -> None:
+def _check_names(options: FitRequest, rules: Rules) -> None:
     for names, known, flag in (
         (options.optimizers, rules.optimizers, "--optimizer"),
         (options.strategies, rules.strategies, "--strategy"),

@@ -9,13 +9,12 @@ charts are Vega-Lite specs drawn by one script written beside it. It is made to 
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 import sqlite3
 import stat
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -27,18 +26,21 @@ from advisor.answers.frontier import frontier
 from advisor.answers.recommendation import Answer, Entry, selector_flags
 from advisor.answers.transfer import Transfer, transfers
 from advisor.errors import Error, NoEvidence
-from advisor.kb.reader import Group, group_settings, stats
-from advisor.model_ref import ResolvedModel, resolve_model
+from advisor.kb.reader import (
+    Group,
+    group_settings,
+    group_span,
+    group_statuses,
+    json_value,
+    stats,
+)
 from advisor.prediction import answer as fit_answer
 from advisor.prediction.accelerators import gib
-from advisor.prediction.cache import PredictionCache, keys_of, software
-from advisor.prediction.question import FitOptions, Question, question
-from advisor.prediction.sharding import basis
-from advisor.prediction.step import Config
+from advisor.prediction.cache import Traced, TracedFits
 from advisor.render import charts
 from advisor.render.numbers import fmt
 from advisor.render.views import test_brief
-from advisor.rules import Accelerator, FamilyRecord, Rules
+from advisor.rules import Accelerator, Rules
 
 SCRIPT = "vega.js"  # Vega, Vega-Lite, vega-embed and charts.DRAW, written once beside index.html
 INDEX = "index.html"
@@ -49,8 +51,6 @@ CHART_SIZE = (560, 380)
 FLOWCHART_CELL = (200, 84)
 RUNNERS_UP = 3
 # The fit section's accelerators unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones
-FIT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")
-FULL = {"adapter": "full"}  # a full fine-tuning trace's adapter, as the cache stores it
 # An absolute path in the page's text: a slash that no word, dot, tilde, colon, slash or tag bracket precedes
 # ('s/epoch', 'http://', '</td>' are not paths), then what a path's parts are made of
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<>-])/[\w.+@%=-][^\s\"'<>&;:,()\[\]{}|*?`\\]*")
@@ -76,13 +76,13 @@ def write_site(
     rules: Rules,
     source: str | None,
     kb: str,
-    gpus: tuple[Accelerator, ...] = (),
+    fits: list[TracedFits] = (),
 ) -> Path:
     """Write index.html and the chart script into `out` (created); nothing else there is touched, and each is
     replaced whole (charts.replace_file: a symbolic link there is replaced, never written through). The page
     names no absolute path (without_paths): it is made to be sent, and the sender's folders are theirs."""
     with charts.unchecked():
-        context = site_context(conn, rules, source, kb, gpus)
+        context = site_context(conn, rules, source, kb, fits)
     page = without_paths(render(context))
     out.mkdir(parents=True, exist_ok=True)
     charts.replace_file(out / SCRIPT, (charts.javascript_bundle() + charts.DRAW).encode("utf-8"))
@@ -143,9 +143,10 @@ def without_paths(text: str) -> str:
 
 
 def site_context(
-    conn: sqlite3.Connection, rules: Rules, source: str | None, kb: str, gpus: tuple[Accelerator, ...] = ()
+    conn: sqlite3.Connection, rules: Rules, source: str | None, kb: str, fits: list[TracedFits] = ()
 ) -> dict:
-    """Everything the page shows, computed once (`gpus`: the fit section's accelerators, else FIT_GPUS')."""
+    """Everything the page shows, computed once (`fits`: advisor fit's answers for the fit section, which the
+    Python API gives: api.traced_fits)."""
     paths = walk(conn, rules, source=source)
     if not any(p.answer for p in paths):
         where = f" from source {source!r}" if source else ""
@@ -172,7 +173,7 @@ def site_context(
         families=[f for f in families if f["group"]],
         claims=[v.as_dict() for v in verdicts],
         claim_counts={k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
-        fit=fit_sections(conn, rules, gpus or tuple(rules.accelerators[k] for k in FIT_GPUS)),
+        fit=fit_sections(list(fits)),
         transfers=[transfer_row(t) for t in transfers(conn, rules)],
         groups=stats(conn)["groups"],
         embed_options=charts.EMBED_OPTIONS,
@@ -315,31 +316,24 @@ def frontier_figures(
 
 def provenance(conn: sqlite3.Connection, group: Group) -> dict:
     """Where the group's numbers come from: hardware, software, settings, when, and how its runs ended."""
-    row = conn.execute(
-        "SELECT min(device), max(host_memory_gb), max(accelerator_memory_gb), min(started_at), "
-        "max(finished_at), count(DISTINCT seed), min(software) FROM runs WHERE grp = ?",
-        [group.id],
-    ).fetchone()
-    statuses = conn.execute(
-        "SELECT status, count(*) FROM runs WHERE grp = ? GROUP BY status ORDER BY count(*) DESC", [group.id]
-    ).fetchall()
-    software = software_of(row[6])
+    span = group_span(conn, group)
+    statuses = group_statuses(conn, group)
+    memory = (("host", span["host_memory_gb"]), ("accelerator", span["accelerator_memory_gb"]))
+    stamps = (span["started_at"], span["finished_at"])
     return dict(
         id=group.ref,
         select=selector_flags(group),
         source=group.source,
         model=group.model + (f" ({group.n_params / 1e6:.1f} M parameters)" if group.n_params else ""),
         hardware=group.hardware,
-        device=row[0],
-        memory=", ".join(
-            f"{label} {fmt(gb, 'GB')}" for label, gb in (("host", row[1]), ("accelerator", row[2])) if gb
-        ),
+        device=span["device"],
+        memory=", ".join(f"{label} {fmt(gb, 'GB')}" for label, gb in memory if gb),
         preset=group.preset,
         protocol=group.protocol,
         runs=", ".join(f"{n} {s}" for s, n in statuses),
         seeds=group.n_seeds,
-        when=" – ".join(dict.fromkeys(t[:10] for t in row[3:5] if t)) or "as published",
-        software=software,
+        when=" – ".join(dict.fromkeys(t[:10] for t in stamps if t)) or "as published",
+        software=software_of(span["software"]),
         settings="; ".join(group_settings(conn, group)),
     )
 
@@ -351,143 +345,17 @@ def software_of(stored: str | None) -> str:
     if not stored:
         return "not stated"
     try:
-        software = json.loads(stored)
-    except (ValueError, RecursionError):
+        software = json_value(stored)
+    except ValueError:
         return "unreadable (not JSON)"
     if not isinstance(software, dict):
         return "unreadable (not a JSON object)"
     return ", ".join(f"{k} {v}" for k, v in software.items() if v and k != "platform") or "not stated"
 
 
-@dataclass
-class Traced:
-    """One model at one shape as advisor fit's cache in the KB holds it: its traces, each with its
-    configuration, the adapter settings and the attention it was traced with."""
-
-    name: str  # as `advisor fit --model` was given it: a reference name, a Hugging Face id, a folder
-    family: str | None
-    seq_len: int | None
-    image_size: int | None
-    device: str  # cuda | cpu: which implementations were traced
-    # each trace: its configuration, adapter settings (the cache's key), attention and payload
-    traces: list[tuple[Config, dict, str, dict]] = field(default_factory=list)
-
-    def options(self) -> dict:
-        """The FitOptions the traces answer: the LoRA settings and attention most of them were traced with."""
-        lora = Counter(_settings(a) for _, a, _, _ in self.traces if a != FULL).most_common(1)
-        bits = Counter(a["base_bits"] for _, a, _, _ in self.traces if a["adapter"] == "qlora").most_common(1)
-        attention = Counter(at for _, _, at, _ in self.traces).most_common(1)[0][0]
-        r, alpha, targets = json.loads(lora[0][0]) if lora else (16, None, ())
-        return dict(
-            lora_r=r,
-            lora_alpha=alpha,
-            lora_targets=tuple(targets),
-            base_bits=bits[0][0] if bits else 4,
-            attention=attention,
-        )
-
-    def payloads(self, q: Question) -> dict[Config, dict]:
-        """The traces a question reads: those of its adapter settings (alpha aside: it costs no memory) and
-        attention."""
-        return {
-            c: payload
-            for c, adapter, attention, payload in self.traces
-            if attention == q.traced_attention and _same(adapter, q.adapter_of(c.adapter).key())
-        }
-
-
-def _settings(adapter: dict) -> str:
-    """An adapter's LoRA settings as one comparable value: [r, alpha, targets]."""
-    return json.dumps([adapter.get("r", 16), adapter.get("alpha"), sorted(adapter.get("targets", ()))])
-
-
-def _same(stored: dict, asked: dict) -> bool:
-    """Whether a trace's adapter is the one a question asks, alpha aside."""
-    return _without_alpha(stored) == _without_alpha(asked)
-
-
-def _without_alpha(adapter: dict) -> str:
-    """An adapter key as one comparable value, alpha left out (it scales, it costs no memory)."""
-    return json.dumps(
-        {k: list(v) if isinstance(v, tuple) else v for k, v in adapter.items() if k != "alpha"},
-        sort_keys=True,
-    )
-
-
-def traced_models(conn: sqlite3.Connection) -> list[Traced]:
-    """Every model and shape the KB holds traces of, in the order of their names."""
-    rows = conn.execute(
-        "SELECT model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, payload "
-        "FROM predictions ORDER BY model, seq_len, image_size, device, created_at"
-    ).fetchall()
-    found: dict[tuple, Traced] = {}
-    for model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, text in rows:
-        key = (model, config_hash, seq_len, image_size, device)
-        traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device))
-        payload = json.loads(text)
-        what = payload.get("configuration") or {}
-        adapter = what.get("adapter", FULL)
-        offload, sharding = what.get("offload", "none"), what.get("sharding", "none")
-        config = Config(adapter["adapter"], dtype, optimizer, strategy, offload, sharding)
-        traced.traces.append((config, adapter, what.get("attention", "sdpa"), payload))
-    return list(found.values())
-
-
-@dataclass
-class StoredPredictions(PredictionCache):
-    """advisor fit's cache as the report reads it: the traces of one model and shape, found by configuration
-    rather than by the key a trace was stored under (that hashes the versions of torch and transformers of the
-    machine that traced it, which the machine making the report need not have); never written."""
-
-    payloads: dict[str, dict] = field(default_factory=dict)  # the question's keys -> traces
-
-    def get(self, keys: list[str]) -> dict[str, dict]:
-        return {k: self.payloads[k] for k in keys if k in self.payloads}
-
-
-def fit_sections(conn: sqlite3.Connection, rules: Rules, gpus: tuple[Accelerator, ...]) -> list[dict]:
-    """advisor fit's answer for every model and shape the KB holds traces of, on each accelerator (a CPU trace
-    on this machine's CPU alone): fits or not, the largest micro-batch, the pick and its code."""
-    out = []
-    for traced in traced_models(conn):
-        where = gpus if traced.device == "cuda" else (rules.accelerators["cpu"],)
-        answers = [(acc, fit_on(traced, acc, rules, conn)) for acc in where]
-        out.append(fit_section(traced, answers))
-    return out
-
-
-def fit_on(traced: Traced, acc: Accelerator, rules: Rules, conn: sqlite3.Connection):
-    """What `advisor fit --model NAME --gpu ACC` answers from the cached traces (its own answer and pick: the
-    menu it asks, less what was not traced), or the sentence saying why there is none."""
-    name = shown_path(traced.name)
-    family = _family(traced, rules)
-    if family is None:
-        return f"its family is not known without its config.json: advisor fit --model {name} answers it."
-    model = ResolvedModel(name, family)  # what the traces need of it; its config is not read again
-    options = FitOptions(seq_len=traced.seq_len, image_size=traced.image_size, **traced.options())
-    try:
-        q = question(model, options, rules, accelerator=acc)
-    except Error as e:
-        return str(e)
-    payloads = traced.payloads(q)
-    asked = tuple(c for c in q.configs if basis(c) in payloads)
-    if not asked:
-        dtypes = ", ".join(q.dtypes)
-        return f"not traced in {acc.name}'s precision ({dtypes}): advisor fit --model {name} --gpu {acc.key}."
-    q = replace(q, configs=asked)
-    keys = keys_of(q, rules, software())
-    cache = StoredPredictions(conn, None, {key: payloads[c] for c, key in keys.items()})
-    return fit_answer.fit(q, rules, cache)
-
-
-def _family(traced: Traced, rules: Rules) -> FamilyRecord | None:
-    """The family the traces were made as: as stored, or (a model no family lists) from its config, if at hand."""
-    if traced.family in rules.families:
-        return rules.families[traced.family]
-    try:
-        return resolve_model(traced.name, rules).family
-    except Error:
-        return None
+def fit_sections(fits: list[TracedFits]) -> list[dict]:
+    """advisor fit's answers for every model and shape the KB holds traces of (api.traced_fits), as sections."""
+    return [fit_section(traced, answers) for traced, answers in fits]
 
 
 def fit_section(traced: Traced, answers: list) -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from advisor.errors import KBError
 from advisor.kb import admission, lease, reader, store
-from advisor.kb.schema import connect_readonly
+from advisor.kb.schema import connect_kb_readonly
 
 from ..test_fault_catalogue_kb import good_run, sql
 
@@ -71,7 +71,7 @@ def test_python_and_sql_say_the_same_rule(kb, column, value, allowed):
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.execute(f"UPDATE runs SET {column} = ? WHERE id = 1", [value])
     conn.close()
-    ro = connect_readonly(kb)
+    ro = connect_kb_readonly(kb)
     stored = admission.stored_problems(ro, tables=["runs"])
     (run, *_) = reader.export_runs(ro)
     python = admission.run_problem(run, lenient=True)
@@ -109,7 +109,7 @@ def test_figures_keep_their_physical_bounds(kb, name, value, allowed):
         "INSERT OR REPLACE INTO metrics (run_id, name, value, unit) VALUES (1, ?, ?, 'u')", [name, value]
     )
     conn.close()
-    ro = connect_readonly(kb)
+    ro = connect_kb_readonly(kb)
     (run, *_) = reader.export_runs(ro)
     assert (admission.run_problem(run, lenient=True) is None) == allowed
     assert (not admission.stored_problems(ro, tables=["metrics"])) == allowed
@@ -171,7 +171,7 @@ def test_import_says_the_same_rules(invoke, tmp_path, kb):
 def test_a_read_has_a_time_bound(kb, monkeypatch):
     """SQLite's progress handler ends a stretch of work past the bound: 'interrupted', said in a sentence."""
     monkeypatch.setenv("ADVISOR_READ_TIMEOUT_S", "0.3")
-    conn = connect_readonly(kb)
+    conn = connect_kb_readonly(kb)
     endless = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         conn.execute(endless).fetchone()

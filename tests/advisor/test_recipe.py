@@ -11,7 +11,7 @@ import pytest
 
 import advisor
 from advisor.model_ref import resolve_model
-from advisor.prediction.question import FitOptions, question
+from advisor.prediction.question import FitRequest, question
 from advisor.prediction.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
 from advisor.prediction.snippets import training_code
 from advisor.prediction.step import Config
@@ -28,7 +28,7 @@ def user_dir(tmp_path, monkeypatch):
 
 
 def ask(rules, model=QWEN, **options):
-    return question(resolve_model(str(model), rules), FitOptions(gpu="A100-80GB", **options), rules)
+    return question(resolve_model(str(model), rules), FitRequest(gpu="A100-80GB", **options), rules)
 
 
 def test_the_micro_batch_is_the_largest_power_of_two_that_fits_and_accumulation_makes_up_the_rest(rules):
@@ -101,13 +101,13 @@ def test_the_kbs_tuned_rate_replaces_the_default_for_the_model_it_was_tuned_on(r
     model at that preset starts from the rate its runs chose, and says so; a base is matched by its config's
     hash; another model keeps the default."""
     from advisor.kb.reader import tuned_rates
-    from advisor.kb.schema import connect_readonly
+    from advisor.kb.schema import connect_kb_readonly
     from advisor.places import shipped_kb_path
 
-    conn = connect_readonly(shipped_kb_path())
+    conn = connect_kb_readonly(shipped_kb_path())
     try:
         small = replace(resolve_model("llama", rules), preset="small")
-        q = question(small, FitOptions(gpu="A100-80GB"), rules)
+        q = question(small, FitRequest(gpu="A100-80GB"), rules)
         tuned = rates_tuned([conn], q)
         (base_hash,) = conn.execute(
             "SELECT config_hash FROM groups WHERE model = 'llama-small-pretrained' AND source = 'measured'"

@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from advisor.api import REPORT_GPUS as FIT_GPUS
 from advisor.cli import cli
 from advisor.kb.store import open_for_writing, write_runs
 from advisor.render.charts import least_span
-from advisor.render.site import FIT_GPUS, phase_words, shown_path, without_paths
+from advisor.render.site import phase_words, shown_path, without_paths
 from advisor.rules import load_rules
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 
 import advisor
 from advisor.model_ref import resolve_model
-from advisor.prediction.question import FitOptions, question
+from advisor.prediction.question import FitRequest, question
 from advisor.prediction.recipe import Recipe, accumulates, learning_rate
 from advisor.prediction.snippets import keyword_arguments, training_code
 from advisor.rules import load_rules
@@ -140,7 +140,7 @@ def test_training_arguments_are_trainers_own():
     from transformers.training_args import OptimizerNames
 
     rules = load_rules()
-    q = question(resolve_model(str(QWEN), rules), FitOptions(gpu="A100-80GB", seq_len=256), rules)
+    q = question(resolve_model(str(QWEN), rules), FitRequest(gpu="A100-80GB", seq_len=256), rules)
     names = {f.name for f in fields(TrainingArguments)}
     for c in q.configs:
         args, code = training_code(q, c, q.adapter_of(c.adapter), rules, recipe(q, c, rules))
@@ -215,7 +215,7 @@ def test_every_configurations_training_arguments_build_as_printed_with_warnings_
     model = resolve_model(str(QWEN), rules)
     blocks: dict[str, tuple] = {}
     for menu in MENUS:
-        q = question(model, FitOptions(seq_len=256, **menu), rules)
+        q = question(model, FitRequest(seq_len=256, **menu), rules)
         for c in q.configs:
             args, code = training_code(q, c, q.adapter_of(c.adapter), rules, recipe(q, c, rules))
             block = arguments_block(code)
@@ -271,7 +271,7 @@ def test_hsdp_arguments_carry_accelerates_object_as_printed():
     from accelerate.parallelism_config import ParallelismConfig
 
     rules = load_rules()
-    options = FitOptions(gpu="H100", gpus=8, nodes=2, shardings=("hsdp",), seq_len=256)
+    options = FitRequest(gpu="H100", gpus=8, nodes=2, shardings=("hsdp",), seq_len=256)
     q = question(resolve_model(str(QWEN), rules), options, rules)
     args, code = training_code(
         q, q.configs[0], q.adapter_of(q.configs[0].adapter), rules, recipe(q, q.configs[0], rules)

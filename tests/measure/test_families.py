@@ -32,7 +32,7 @@ def test_registry_and_code_lists_agree_with_the_rules():
     for name in RULES.families:
         family(name, RULES)
     assert set(registered()) <= set(RULES.families)
-    assert set(optimizers.OPTIMIZERS) == set(RULES.optimizers) == set(optimizers.DEFAULT_LR)
+    assert set(optimizers.BUILDABLE) == set(RULES.optimizers) == set(config.DEFAULT_LR)
     assert set(strategies.STRATEGIES) == set(RULES.strategies)
     assert set(config.PRESET_DEFAULTS) == set(RULES.presets)
     assert set(RULES.reference_models().values()) == set(RULES.families)

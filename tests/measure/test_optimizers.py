@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from advisor.measuring.recipe.optimizers import (
-    OPTIMIZERS,
+    BUILDABLE,
     ConjugateGradient,
     make_optimizer,
     minimize_quadratic,
@@ -176,7 +176,7 @@ def test_line_search_needs_closure_and_options_are_checked():
 
 
 def test_every_grid_optimizer_builds_and_steps():
-    for name in OPTIMIZERS:
+    for name in BUILDABLE:
         w = torch.nn.Parameter(torch.ones(3))
         opt = make_optimizer(name, [w], lr=0.1)
         (w**2).sum().backward()

@@ -71,7 +71,7 @@ def test_zeros_model_states_are_deepspeeds_own_estimate():
     ).estimate_zero3_model_states_mem_needs
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitOptions, question
+    from advisor.prediction.question import FitRequest, question
     from advisor.prediction.sharding import zero_states
     from advisor.prediction.step import Config
     from advisor.rules import load_rules
@@ -80,7 +80,7 @@ def test_zeros_model_states_are_deepspeeds_own_estimate():
     model = resolve_model(str(FIXTURES / "Llama-3.1-8B"), rules)
     q = question(
         model,
-        FitOptions(
+        FitRequest(
             gpu="H100",
             seq_len=16,
             adapters=("full",),
@@ -256,12 +256,12 @@ def test_a_sharded_trace_knows_its_root_and_a_ranks_gradient_bytes(llama, tmp_pa
     and a gradient's bytes per parameter are its dtype's (fp32: 4), not scaled by the ranks."""
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitOptions, question
+    from advisor.prediction.question import FitRequest, question
     from advisor.prediction.sharding import basis
     from advisor.rules import load_rules
 
     rules = load_rules()
-    options = FitOptions(
+    options = FitRequest(
         gpu="cpu",
         gpus=2,
         shardings=("fsdp",),

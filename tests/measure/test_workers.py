@@ -94,11 +94,11 @@ def test_a_trace_on_two_workers_is_the_one_on_one(tmp_path):
     """Every stage's payload, whichever process traced it and in whichever order, is the same."""
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitOptions, question
+    from advisor.prediction.question import FitRequest, question
     from advisor.rules import load_rules
 
     rules = load_rules()
-    options = FitOptions(
+    options = FitRequest(
         gpu="cpu",
         gpus=2,
         shardings=("ddp", "fsdp"),

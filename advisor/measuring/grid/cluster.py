@@ -21,7 +21,7 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import Error
@@ -224,7 +224,7 @@ def _progress_queue():
 def _claim(conn, cell: GridCell, index: int, slots: Slots, machine: dict, where: dict):
     """Claim a cell for the cluster: a _Flight, or the CellResult of a cell that is done or taken."""
     settings = cell.config.settings()
-    resolved = GridCell(replace(cell.config.resolved(), device=slots.device), cell.model)
+    resolved = cell.on(slots.device)
     run = cell_run(resolved, settings, machine)
     run["config"] = {**run["config"], "order": where}
     if not cell.model.reference:

@@ -14,6 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.answers.evidence import Asked, Selector
+from advisor.answers.recommendation import recommend
+from advisor.errors import NoEvidence
+from advisor.kb.reader import evidence_groups, open_for_reading
+from advisor.measuring.grid.runner import SOURCE
+from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.recipe.config import GridCell
 from advisor.rules import Rules
 
@@ -48,11 +54,6 @@ class CloseCall:
 def close_calls(path: Path, cells: list[GridCell], rules: Rules) -> list[CloseCall]:
     """The close calls of the answers of the groups the cells wrote (each found exactly: measured, its model,
     preset, hardware, protocol and data), for every metric [deciding] names."""
-    from advisor.answers.evidence import Asked, Selector
-    from advisor.answers.recommendation import recommend
-    from advisor.errors import NoEvidence
-    from advisor.kb.reader import evidence_groups, open_for_reading
-
     conn = open_for_reading(path)
     calls: list[CloseCall] = []
     try:
@@ -79,9 +80,6 @@ def close_calls(path: Path, cells: list[GridCell], rules: Rules) -> list[CloseCa
 
 def _identity(cell: GridCell) -> tuple:
     """What the group of a cell's runs is keyed by (advisor/kb/summaries.py GROUP_COLUMNS), as it stores it."""
-    from advisor.measuring.grid.runner import SOURCE
-    from advisor.measuring.machine.hardware import describe, resolve_device
-
     cfg = cell.config
     hardware = describe(resolve_device(cfg.device))["hardware"]
     preset = cfg.preset if cell.model.reference else "custom"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
-import json
 import multiprocessing
 import os
 import signal
@@ -388,16 +387,15 @@ def _end(proc, stop: bool) -> bool:
 
 def _crashed(conn: sqlite3.Connection, cell: GridCell, run_id: int | None, sentence: str) -> CellResult:
     """The result of a cell whose process ended without one: its run marked crashed, with the sentence."""
-    cfg = cell.config
     lease.mark_crashed(conn, alive)
     row = None
     if run_id is not None:
-        row = conn.execute("SELECT status, error FROM runs WHERE id = ?", [run_id]).fetchone()
+        row = store.run_ending(conn, run_id)
     if row is not None and row[0] not in ("running", "crashed"):  # it finished, then died before saying so
-        return CellResult(cfg.resolved(), row[0], run_id, error=row[1])
+        return CellResult(cell.resolved, row[0], run_id, error=row[1])
     if row is not None and row[0] == "crashed":
         store.update_run(conn, run_id, error=sentence)
-    return CellResult(cfg.resolved(), "crashed", run_id, error=sentence)
+    return CellResult(cell.resolved, "crashed", run_id, error=sentence)
 
 
 def _keep_said(conn: sqlite3.Connection, run_id: int | None, said: str) -> None:
@@ -406,9 +404,9 @@ def _keep_said(conn: sqlite3.Connection, run_id: int | None, said: str) -> None:
     if run_id is None or not said.strip():
         return
     with contextlib.suppress(KBError, sqlite3.Error, ValueError):
-        row = conn.execute("SELECT config FROM runs WHERE id = ?", [run_id]).fetchone()
-        if row is not None:
-            store.update_run(conn, run_id, config={**json.loads(row[0] or "{}"), "stderr": clipped(said)})
+        config = store.run_config(conn, run_id)
+        if config is not None:
+            store.update_run(conn, run_id, config={**config, "stderr": clipped(said)})
 
 
 def _mark_crashed(conn: sqlite3.Connection) -> None:

@@ -121,7 +121,7 @@ def plan_grid(
         for s in strategies or m.family.grid_strategies
     ]
     for cell in cells:
-        r = cell.config.resolved()
+        r = cell.resolved
         if r.drops_micro_batches:
             raise InputError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
@@ -158,12 +158,11 @@ def run_cell(
     of its cell key): drift over a grid can then be told from a configuration's effect. peaks and exiting:
     as train_cell's."""
     settings = cell.config.settings()
-    cfg = cell.config.resolved()
     try:
-        device = resolve_device(cfg.device)
+        device = resolve_device(cell.resolved.device)
     except ValueError as e:
-        return CellResult(cfg, "failed", error=str(e))
-    cell = GridCell(replace(cfg, device=device), cell.model)
+        return CellResult(cell.resolved, "failed", error=str(e))
+    cell = cell.on(device)
     cfg = cell.config
     run = cell_run(cell, settings, describe(device))
     if order is not None:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from advisor.errors import InputError
-from advisor.measuring.recipe.config import GridCell, RunConfig
+from advisor.measuring.recipe.config import GridCell
 
 
 class ShardError(InputError):
@@ -34,13 +34,13 @@ class Shard:
 
     def take(self, cells: list[GridCell]) -> list[GridCell]:
         """This shard's cells, in planned order."""
-        ranked = sorted(range(len(cells)), key=lambda i: _digest(cells[i].config))
+        ranked = sorted(range(len(cells)), key=lambda i: _digest(cells[i]))
         mine = set(ranked[self.index - 1 :: self.count])
         return [c for i, c in enumerate(cells) if i in mine]
 
 
-def _digest(cfg: RunConfig) -> str:
-    key = f"{cfg.resolved().cell_key()}:{cfg.seed}"
+def _digest(cell: GridCell) -> str:
+    key = f"{cell.resolved.cell_key()}:{cell.config.seed}"
     return hashlib.sha256(key.encode()).hexdigest()
 
 

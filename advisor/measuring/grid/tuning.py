@@ -19,12 +19,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from advisor.kb.lease import ON_THIS_HARDWARE
-from advisor.kb.schema import connect_readonly
+from advisor.kb.lease import cell_outcome
+from advisor.kb.schema import connect_kb_readonly
 from advisor.measuring.grid.runner import TUNING_SOURCE
 from advisor.measuring.machine.hardware import describe, resolve_device
-from advisor.measuring.recipe.config import GridCell, RunConfig
-from advisor.measuring.recipe.optimizers import DEFAULT_LR
+from advisor.measuring.recipe.config import DEFAULT_LR, GridCell, RunConfig
 from advisor.rules import Rules
 
 
@@ -200,18 +199,14 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
     """The rate whose tuning run ended ok with the lowest final held-out loss, read back from the KB."""
     device = resolve_device(key.device)
     hardware = describe(device)["hardware"]
-    conn = connect_readonly(db_path)
+    conn = connect_kb_readonly(db_path)
     tried: dict[float, str] = {}
     losses: dict[float, float] = {}
     try:
         for lr in grid:
             cfg = replace(replace(key, lr=lr).resolved(), device=device)
-            row = conn.execute(  # this host's run first, else one that trained elsewhere (lease.PORTABLE)
-                "SELECT r.status, (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'eval_loss') "
-                f"FROM runs r WHERE r.source = ? AND r.cell_key = ? AND r.seed = ? AND {ON_THIS_HARDWARE} "
-                "AND r.status != 'running' ORDER BY r.status = 'ok' DESC, r.hardware = ? DESC, r.id DESC LIMIT 1",
-                [TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware, hardware],
-            ).fetchone()
+            # this host's run first, else one that trained elsewhere (lease.PORTABLE)
+            row = cell_outcome(conn, TUNING_SOURCE, cfg.cell_key(), cfg.seed, hardware)
             if row is None:
                 tried[lr] = "not run"
             elif row[0] == "ok" and row[1] is not None:

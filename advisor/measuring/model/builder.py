@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from advisor.measuring.data.shape import Shape
 from advisor.measuring.data.tokenizer import carries_tokenizer, from_folder
-from advisor.measuring.model.families import Family, family
+from advisor.measuring.model.families import Family, family_of
 from advisor.measuring.model.families.base import Sizes, from_config
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
@@ -46,7 +46,7 @@ def build_model(
     import torch
 
     torch.manual_seed(seed)  # random init is part of the seed's run
-    fam = family(model.family.name, rules)
+    fam = family_of(model, rules)
     if model.reference:
         config, shape = sized_reference(fam, preset, sizes or Sizes(), rules)
         if dropout is not None:
@@ -110,7 +110,7 @@ def model_config(model: ResolvedModel, rules: Rules):
     """The transformers config of a model: a reference model's at its preset, a user's from its
     config.json as it was read."""
     if model.reference:
-        return reference_config(family(model.family.name, rules), model.preset, rules)[0]
+        return reference_config(family_of(model, rules), model.preset, rules)[0]
     return transformers_config(model)
 
 
@@ -135,7 +135,7 @@ def _version() -> str:
 def user_config(model: ResolvedModel, rules: Rules):
     """(transformers config, family, data shape) of a user's model, offline."""
     config = transformers_config(model)
-    fam = family(model.family.name, rules)
+    fam = family_of(model, rules)
     return config, fam, fam.shape_of(config)
 
 
@@ -164,7 +164,7 @@ def reference_shape(model: ResolvedModel, preset: str, rules: Rules) -> tuple[Fa
     """The family and data shape of a reference model at a preset, without building (initialising) it."""
     if not model.reference:
         raise ValueError(f"{model.name!r} is not a reference model")
-    fam = family(model.family.name, rules)
+    fam = family_of(model, rules)
     return fam, reference_config(fam, preset, rules)[1]
 
 

@@ -12,16 +12,33 @@ without timing each (advisor.measuring.planning.plan prices the cells from it, w
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
+import io
 import math
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from advisor.kb import store
+from advisor.measuring.data.corpus import epoch_batches, load
+from advisor.measuring.grid.isolation import preload
+from advisor.measuring.grid.runner import run_cell
+from advisor.measuring.machine.monitor import process_rss_gb
+from advisor.measuring.model.builder import build_model
+from advisor.measuring.model.families.base import Sizes
 from advisor.measuring.planning.history import SHAPE_FIELDS
 from advisor.measuring.recipe.config import GridCell, RunConfig
+from advisor.measuring.recipe.optimizers import make_optimizer
+from advisor.measuring.recipe.strategies import checkpointing_of, prepare, train_step
+from advisor.measuring.training.flops import forward_flops_per_position, known_peak, positions
+from advisor.measuring.training.heldout import HeldOut
+from advisor.measuring.training.protocol import target_loss
+from advisor.measuring.training.tensors import measured_step
 from advisor.measuring.training.trainer import (  # a calibration builds, times as cells do
     adapted_as_run,
     clock,
@@ -119,10 +136,8 @@ def preset_of(cfg: RunConfig) -> str:
     return cfg.preset if cfg.preset != "custom" else "small"  # as the trainer builds it
 
 
-def sizes_of(cfg: RunConfig):
+def sizes_of(cfg: RunConfig) -> Sizes:
     """What the cell asks of its model's data shape, as the trainer asks it (generated data: no classes)."""
-    from advisor.measuring.model.families.base import Sizes
-
     return Sizes(seq_len=cfg.seq_len, image_size=cfg.image_size)
 
 
@@ -132,11 +147,6 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
     passes under each kind of checkpointing the grid's strategies use (a window of k is k of them); each
     plain optimizer's step alone; each line-searching optimizer's whole update; last, the measured step.
     Each timing is up to MAX_TIMED repeats within STEP_BUDGET_S, after a warm-up update per model."""
-    from advisor.measuring.data.corpus import load
-    from advisor.measuring.model.builder import build_model
-    from advisor.measuring.training.flops import forward_flops_per_position, positions
-    from advisor.measuring.training.heldout import HeldOut
-
     start, cfg = time.perf_counter(), cells[0].config
     device = torch.device(cfg.device)
     t = clock(device)
@@ -191,14 +201,6 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
     two updates, run as `advisor measure` runs a cell (advisor.measuring.grid.runner.run_cell) into a temporary KB
     that is then deleted, less its parts as timed. The device's peak is measured first, untimed: a grid
     measures it once. Its output is captured: a plan prints nothing of it."""
-    import contextlib
-    import io
-    import tempfile
-
-    from advisor.kb import store
-    from advisor.measuring.grid.runner import run_cell
-    from advisor.measuring.training.flops import known_peak
-
     base = cell.config  # one epoch: a warm-up update, and one timed
     updates = base.warmup_steps + 1
     cfg = replace(base, epochs=1, steps_per_epoch=updates * (base.window if base.equal_samples else 1))
@@ -213,7 +215,7 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
             start = time.perf_counter()
             run_cell(short, conn, rules, peaks=_PEAKS, exiting=True)
             wall = time.perf_counter() - start
-        (trained,) = conn.execute("SELECT coalesce(sum(wall_s), 0) FROM epochs").fetchone()
+        trained = store.trained_seconds(conn)
     evaluations = evaluations_of(short, rules)
     parts = calibration.startup(cfg.optimizer, cfg.strategy, evaluations)
     parts["rest"] = 0.0
@@ -234,8 +236,6 @@ def _timed(fn, device) -> tuple[float, object]:
 
 def _micro_batches(dataset, built, cfg: RunConfig):
     """The training set's micro-batches, as a cell's first epoch draws them (gone through again as needed)."""
-    from advisor.measuring.data.corpus import epoch_batches
-
     return epoch_batches(dataset, built.family, cfg.batch_size, cfg.seed, 0, built.shape)
 
 
@@ -245,10 +245,6 @@ _PRELOADED: set[str] = set()
 def preloaded(rules: Rules) -> None:
     """Import what the fork server imports before any cell (advisor.measuring.grid.isolation.preload): a cell
     finds it imported, so the calibration must not time it."""
-    import importlib
-
-    from advisor.measuring.grid.isolation import preload
-
     for name in preload(rules):
         if name not in _PRELOADED:
             _PRELOADED.add(name)
@@ -267,8 +263,6 @@ class _Stepper:
     untimed update)."""
 
     def __init__(self, built, cells: list[GridCell], micro, device, rules: Rules):
-        from advisor.measuring.recipe.strategies import checkpointing_of
-
         self.built, self.micro, self.device, self.rules = built, micro, device, rules
         self.configs: dict[tuple[str, str], RunConfig] = {}
         for cell in cells:  # grid order; a pair's first seed
@@ -321,8 +315,6 @@ class _Stepper:
         return found or replace(next(iter(self.configs.values())), optimizer=optimizer, strategy=strategy)
 
     def _optimizer(self, name: str, model, strategy: str):
-        from advisor.measuring.recipe.optimizers import make_optimizer
-
         cfg = self.config(name, strategy)
         trainable = [p for p in model.parameters() if p.requires_grad]  # all, but under an adapter
         return make_optimizer(name, trainable, cfg.lr, model=model, **_cgd(cfg))
@@ -340,9 +332,6 @@ class _Stepper:
     def _time(self, optimizer: str, strategy: str, window: int) -> tuple[float, float]:
         """(the best of up to MAX_TIMED updates of `window` micro-batches, collation included; forward
         and backward passes per update: more than one where a line search calls its closure again)."""
-        from advisor.measuring.machine.monitor import process_rss_gb
-        from advisor.measuring.recipe.strategies import train_step
-
         model = self._model(strategy)
         model.load_state_dict(self._initial(model))
         opt, cfg = self._optimizer(optimizer, model, strategy), self.config(optimizer, strategy)
@@ -377,8 +366,6 @@ class _Stepper:
     def _model(self, strategy: str):
         """The model of the strategy's kind: the built one, else a copy with its adapter and checkpointing on,
         as a cell's trainer sets them up (advisor.measuring.training.trainer.Trainer.adapted, then prepare)."""
-        from advisor.measuring.recipe.strategies import prepare
-
         kind = self.kinds[strategy]
         if kind == ("full", None):
             return self.built.model
@@ -401,9 +388,6 @@ class _Stepper:
     def measured_step(self) -> float:
         """Seconds of the step a cell measures under PyTorch's MemTracker after its last epoch (advisor.
         measuring.tensors), with the reference pair; where the tracker fails, as a cell's may, its time."""
-        from advisor.measuring.recipe.strategies import train_step
-        from advisor.measuring.training.tensors import measured_step
-
         optimizer, strategy = self.reference
         model, cfg = self._model(strategy), self.config(optimizer, strategy)
         opt = self._optimizer(optimizer, model, strategy)
@@ -458,8 +442,6 @@ def _count_closure_calls(optimizer) -> list[int]:
 def evaluations_of(cell: GridCell, rules: Rules) -> int:
     """The held-out evaluations a cell runs: before training, after every epoch, and every
     `target_checks.every` updates within an epoch until the target is reached (all of them counted)."""
-    from advisor.measuring.training.protocol import target_loss
-
     cfg = cell.config
     if cfg.protocol != "fair":
         return 0

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb.lease import ON_THIS_HARDWARE
-from advisor.kb.reader import open_for_reading
-from advisor.kb.store import FINAL
+from advisor.kb.lease import cells_ended_here
+from advisor.kb.reader import open_for_reading, past_runs
 from advisor.measuring.recipe.config import RunConfig
 from advisor.places import exists, resolve_db_path, shipped_kb_path, user_kb_path
 
@@ -96,11 +95,7 @@ def cells_done(read, hardware: str) -> set[tuple[str, int]]:
     KB measure writes, and the tuning runs that trained on another (lease.PORTABLE): it would skip them."""
     if read is None:
         return set()
-    rows = read.execute(
-        f"SELECT cell_key, seed FROM runs WHERE status IN ({','.join('?' * len(FINAL))}) AND {ON_THIS_HARDWARE}",
-        [*FINAL, hardware],
-    ).fetchall()
-    return {tuple(row) for row in rows}  # sqlite3.Row compares to no tuple
+    return cells_ended_here(read, hardware)
 
 
 # --- past runs ------------------------------------------------------------------------------------------
@@ -147,20 +142,6 @@ class History:
                 mine.setdefault(key, figure)
 
 
-RUNS_SQL = """
-SELECT r.cell_key, r.source, r.config, r.optimizer, r.strategy, r.data,
-       (julianday(r.finished_at) - julianday(r.started_at)) * 86400,
-       (SELECT sum(e.wall_s) FROM epochs e WHERE e.run_id = r.id),
-       (SELECT sum(e.steps) FROM epochs e WHERE e.run_id = r.id),
-       (SELECT count(*) FROM epochs e WHERE e.run_id = r.id AND e.wall_s IS NULL),
-       (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'peak_rss_gb'),
-       (SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.name = 'achieved_gflops')
-FROM runs r
-WHERE r.status = 'ok' AND r.source IN ('measured', 'measured:tuning') AND r.hardware IN ({})
-  AND r.model IN ({})
-"""
-
-
 def read_history(kbs: list[KB], target, models: set[str]) -> History:
     """The figures of every readable KB's ok runs of `models` on hardware `target` accepts, the first KB
     first. A KB whose reading fails (its time bound, a damaged page) is left out, and why is kept."""
@@ -169,11 +150,7 @@ def read_history(kbs: list[KB], target, models: set[str]) -> History:
         if kb.conn is None:
             continue
         try:
-            hardware = [h for (h,) in kb.conn.execute("SELECT DISTINCT hardware FROM runs") if target(h)]
-            marks = (",".join("?" * len(hardware)), ",".join("?" * len(models)))
-            rows = (
-                kb.conn.execute(RUNS_SQL.format(*marks), [*hardware, *models]).fetchall() if hardware else []
-            )
+            rows = past_runs(kb.conn, target, models)
         except sqlite3.DatabaseError as e:
             kb.problem = f"reading {kb.path} failed ({e}); its runs are left out"
             continue
@@ -182,7 +159,7 @@ def read_history(kbs: list[KB], target, models: set[str]) -> History:
 
 
 def _history_of(rows, label: str) -> History:
-    """One KB's figures from its runs' rows (RUNS_SQL); a row whose config cannot be read is left out."""
+    """One KB's figures from its runs' rows (reader.past_runs); a row whose config cannot be read is left out."""
     walls, steps, startups, rss, gflops = {}, {}, {}, {}, {}
     for key, source, config, optimizer, strategy, data, wall, trained, updates, untimed, peak, rate in rows:
         run = _config(config)

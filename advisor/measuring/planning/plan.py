@@ -27,6 +27,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psutil
 import torch
 from rich import box
 from rich.console import Group
@@ -35,7 +36,8 @@ from rich.text import Text
 
 from advisor.errors import FitError, InputError
 from advisor.measuring.machine.hardware import describe, resolve_device
-from advisor.measuring.model.families import family
+from advisor.measuring.model.builder import build_model
+from advisor.measuring.model.families import family_of
 from advisor.measuring.planning.calibration import (
     Calibration,
     calibrate,
@@ -54,7 +56,11 @@ from advisor.measuring.planning.history import (
     shape_of,
 )
 from advisor.measuring.recipe.config import ADAPTING, GridCell, RunConfig
+from advisor.measuring.tracer.engine import trace
 from advisor.prediction import accelerators
+from advisor.prediction.answer import fit
+from advisor.prediction.cache import open_cache
+from advisor.prediction.question import FitRequest, question
 from advisor.rules import Rules
 
 CALIBRATION = "calibration"  # where a figure timed by this plan comes from (the others: a KB's label)
@@ -204,7 +210,7 @@ def plan_cells(
     acc, device = _target(cells, gpu, rules)
     if calibrate and gpu is not None:
         raise InputError("a calibration times this machine: plan without --gpu to calibrate.", "--gpu")
-    planned = [GridCell(_planned(c.config, device), c.model) for c in cells]
+    planned = [c.on(device) for c in cells]
     questions = _fit_questions(planned, acc, rules)  # every option checked against the model, nothing traced
     here = describe(device)["hardware"] if gpu is None else None
     kbs = open_kbs(db)
@@ -249,10 +255,6 @@ def _target(cells: list[GridCell], gpu: str | None, rules: Rules) -> tuple:
     device = resolve_device(next(iter(asked)))
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     return accelerators.resolve(name, rules), device
-
-
-def _planned(cfg: RunConfig, device: str) -> RunConfig:
-    return replace(cfg.resolved(), device=device)
 
 
 def _key(cfg: RunConfig) -> str:
@@ -309,8 +311,6 @@ def _not_calibrated(cell: GridCell, rules: Rules) -> str | None:
     """Why the cell's model may not be built and stepped here, or None: its fp32 weights, gradients and two
     moments (16 bytes a parameter, counted on PyTorch's meta device: nothing allocated) must fit in
     CALIBRATE_SHARE of the memory free on its device."""
-    from advisor.measuring.model.builder import build_model
-
     cfg = cell.config
     try:
         with torch.device("meta"):
@@ -330,8 +330,6 @@ def _not_calibrated(cell: GridCell, rules: Rules) -> str | None:
 def _available_bytes(device: str) -> float:
     if device == "cuda":
         return float(torch.cuda.mem_get_info()[0])
-    import psutil
-
     return float(psutil.virtual_memory().available)
 
 
@@ -410,8 +408,6 @@ def _fill_from_fit(costs: list[CellCost], questions: dict, rules: Rules, db, his
     need = [cost for cost in costs if cost.fits is None or cost.seconds is None]
     if not need:
         return
-    from advisor.prediction.cache import open_cache
-
     shapes = {_fit_shape(cost.config) for cost in need}
     rows = _fit_rows({shape: questions[shape] for shape in shapes}, rules, open_cache(db))
     acc = next(iter(questions.values()))[1].accelerator
@@ -455,8 +451,6 @@ def _cpu_rates(history: History, calibrations: dict) -> dict:
 def _fit_questions(cells: list[GridCell], acc, rules: Rules) -> dict[tuple, tuple]:
     """fit shape -> (its cell, advisor fit's question of its optimizers and strategies): built for every
     shape, so that an option the model does not take is refused (InputError) whatever prices the cells."""
-    from advisor.prediction.question import question
-
     groups: dict[tuple, tuple[GridCell, set[tuple[str, str]]]] = {}
     for cell in cells:
         cfg = cell.config
@@ -475,9 +469,6 @@ def _fit_questions(cells: list[GridCell], acc, rules: Rules) -> dict[tuple, tupl
 def _fit_rows(questions: dict[tuple, tuple], rules: Rules, cache) -> dict[tuple, object]:
     """(model, preset, batch, dtype, k, seq, image, optimizer, strategy) -> (advisor fit's Row, its MFU),
     one traced fit per model shape asked."""
-    from advisor.measuring.tracer.engine import trace
-    from advisor.prediction.answer import fit
-
     rows: dict[tuple, object] = {}
     for shape, (cell, asked) in questions.items():
         try:
@@ -494,16 +485,14 @@ def _fit_rows(questions: dict[tuple, tuple], rules: Rules, cache) -> dict[tuple,
 def _fit_question(cell: GridCell, pairs: set[tuple[str, str]], rules: Rules):
     """advisor fit's model and options for a resolved cell: a reference model at its preset, with that
     preset's sequence length and image size unless the cell sets its own."""
-    from advisor.prediction.question import FitOptions
-
     cfg, model = cell.config, cell.model
     seq, image = cfg.seq_len, cfg.image_size
     if model.reference:
         model = replace(model, preset=cfg.preset)
-        _, shape = family(model.family.name, rules).reference_config(cfg.preset)
+        _, shape = family_of(model, rules).reference_config(cfg.preset)
         seq = seq if seq is not None else shape.seq_len if model.family.takes_text else None
         image = image if image is not None else shape.image_size if model.family.takes_images else None
-    options = FitOptions(
+    options = FitRequest(
         batch_size=cfg.batch_size,
         seq_len=seq,
         image_size=image,

@@ -1,5 +1,6 @@
-"""Run configuration: one dataclass with commented defaults; presets fill what the user leaves unset. A
-grid cell is a configuration with its model, resolved once where the grid was planned.
+"""Run configuration: one dataclass with its defaults (an option's with its help: `advisor measure` reads
+them); presets fill what the user leaves unset. A grid cell is a configuration with its model, resolved once
+where the grid was planned.
 
 The CLI overrides fields with `dataclasses.replace`; every run row stores the resolved config as JSON and
 hashes it (seed excluded) into the run's cell key.
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
+from advisor.fields import option
 from advisor.kb.identity import cell_key
-from advisor.measuring.recipe.optimizers import DEFAULT_LR
 from advisor.model_ref import ResolvedModel
 
 # Per preset: micro-batch size, epochs, steps per epoch (optimizer updates under the fair protocol,
@@ -22,6 +24,29 @@ PRESET_DEFAULTS = {
     "tiny": dict(batch_size=4, epochs=2, steps_per_epoch=4, eval_examples=16),
     "small": dict(batch_size=8, epochs=4, steps_per_epoch=8, eval_examples=64),
     "paper": dict(epochs=25, steps_per_epoch=20, eval_examples=256),
+}
+# Learning rates for the tiny and small presets, where the paper's per-model rate does not apply: each
+# optimizer's conventional default (torch's own where it has one; SGD and CGD have none, these train the
+# small models stably; Lion's authors advise a rate 3-10x below AdamW's). The paper preset uses the
+# paper's one rate per model for every optimizer.
+DEFAULT_LR = {
+    "sgd": 0.1,
+    "sgd-momentum": 0.01,
+    "adam": 1e-3,
+    "adamw": 1e-3,
+    "adagrad": 1e-2,
+    "adadelta": 1.0,
+    "cgd": 0.05,
+    "adafactor": 1e-3,
+    "adamw_bnb_8bit": 1e-3,
+    "paged_adamw_8bit": 1e-3,
+    "adamw_torch_8bit": 1e-3,
+    "adamw_torch_4bit": 1e-3,
+    "lion_32bit": 1e-4,
+    "lion_8bit": 1e-4,
+    "schedule_free_adamw": 2.5e-3,
+    "muon": 1e-3,
+    "nadamw": 1e-3,
 }
 PROTOCOLS = ("fair", "paper")
 # How each protocol runs conjugate gradient: the fair protocol's stochastic variant (Armijo backtracking on
@@ -58,22 +83,41 @@ ADAPTER_FIELDS = ("lora_r", "lora_alpha")
 @dataclass(frozen=True)
 class RunConfig:
     model: str = "vit"  # vit | modernbert | llama | nanovlm | a Hugging Face id | a local folder
-    preset: str = "small"  # tiny (tests) | small (CPU reference grid) | paper (real sizes)
+    preset: str = option(  # tiny (tests) | small (CPU reference grid) | paper (real sizes)
+        "small",
+        "Model sizes: tiny (seconds), small (the CPU reference grid), paper (the paper's real sizes).",
+    )
     optimizer: str = "adam"  # sgd | adam | adamw | adagrad | adadelta | cgd
     strategy: str = "standard"  # standard | checkpointing | accumulation | checkpointing+accumulation
     seed: int = 0  # model init, data generation and shuffling
-    protocol: str = "fair"  # fair (advisor/measuring/training/protocol.py: held-out loss, equal updates) | paper (the paper's)
-    dtype: str = "fp32"  # fp32 | bf16-mixed (autocast to bfloat16, fp32 weights and optimizer state)
-    epochs: int | None = None  # None: the preset's
+    protocol: str = option(  # fair (advisor/measuring/training/protocol.py) | paper (the paper's)
+        "fair",
+        "fair: held-out loss, equal optimizer updates for every strategy, time to target (rules/protocol.toml). "
+        "paper: the paper's, for reproduction (training loss, one rate per model at preset paper).",
+    )
+    dtype: str = option(  # what the trainer runs: fp32 | bf16-mixed (advisor/measuring/recipe/strategies.py)
+        "fp32", "fp32, or bf16-mixed (autocast to bfloat16, fp32 weights and optimizer state)."
+    )
+    epochs: int | None = option(None, "Epochs per cell (default: the preset's).")
     # fair: optimizer updates per epoch, the same for every strategy (accumulation takes k micro-batches
     # per update: k times the data and compute); paper: micro-batches per epoch, the same for every strategy
-    steps_per_epoch: int | None = None
-    batch_size: int | None = None  # micro-batch size; None: the preset's (paper: the paper's per model)
-    accumulation_steps: int = 4  # micro-batches per optimizer step with accumulation (the paper: 4)
+    steps_per_epoch: int | None = option(
+        None,
+        "Optimizer updates per epoch under the fair protocol, micro-batches under the paper's (default: the "
+        "preset's).",
+    )
+    batch_size: int | None = option(  # None: the preset's (paper: the paper's per model)
+        None, "Micro-batch size (per_device_train_batch_size); default: the preset's."
+    )
+    accumulation_steps: int = option(  # the paper: 4
+        4, "Micro-batches per optimizer step with accumulation."
+    )
     lora_r: int = 16  # strategy lora: LoRA's rank (peft's r), on every linear layer of the blocks
     lora_alpha: int = 32  # strategy lora: LoRA's scaling numerator (peft's lora_alpha)
-    lr: float | None = (
-        None  # None: the paper's per-model rate (paper protocol and preset), else the optimizer's
+    lr: float | None = option(
+        None,
+        "Learning rate for every optimizer (default: the paper's per model at preset paper, else each "
+        "optimizer's default).",
     )
     lr_grid: tuple[float, ...] | None = (
         None  # the rates --tune-lr tried on its tuning seed, where lr is the best
@@ -83,9 +127,13 @@ class RunConfig:
     adamw_lr: float | None = None
     role: str = "grid"  # grid | tuning (a --tune-lr run: stored under source measured:tuning, never answers)
     eval_examples: int | None = None  # held-out examples (fair protocol); None: the preset's
-    target_loss: float | None = None  # time to target: the held-out loss to reach; None: rules/protocol.toml
+    target_loss: float | None = option(
+        None,
+        "Time to target: the held-out loss a run must reach (default: rules/protocol.toml's for the family and "
+        "preset). Set it for your own or a pretrained model, whose loss the rules' targets do not know.",
+    )
     warmup_ratio: float | None = None  # linear LR warm-up over this share of the steps (paper: 0.03 on llama)
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = option("auto", "Where the cells train: auto (a GPU when there is one), cpu or cuda.")
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
     # The data (--data), resolved once per `advisor measure` before the grid (advisor/measuring/training/dataset.py), so that no
@@ -97,10 +145,15 @@ class RunConfig:
         None  # what it is: 'pranavmr/MM-IMDb@ad5b994', 'corpus.jsonl sha256:…'; None: generated
     )
     data_note: str | None = None  # what happened resolving it: a fallback to generated data, a cached copy
-    seq_len: int | None = (
-        None  # text tokens per sample (VLM: per caption); None: the preset's (paper 512, 128)
+    seq_len: int | None = option(  # paper: 512, 128
+        None,
+        "Tokens per sample of a model that takes text (a VLM: per caption). Default: the model's or the preset's.",
     )
-    image_size: int | None = None  # pixels per side; None: the preset's (paper 224)
+    image_size: int | None = option(  # paper: 224
+        None,
+        "Image side in pixels of a model that takes images (a multiple of its patch size). Default: the "
+        "config's or the preset's.",
+    )
     divergence_factor: float = 10.0  # a loss above this × the first step's loss (or NaN/inf) is 'diverged'
     memory_cap_gb: float | None = None  # CUDA: a per-process memory fraction; CPU: a host-RSS cap → 'oom'
     cgd_beta: str = "pr+"  # pr+ (Polak–Ribière+) | fr (Fletcher–Reeves)
@@ -202,8 +255,18 @@ class GridCell:
     """One cell of a grid: its run configuration and its model, resolved once where the grid was planned.
     The object travels to the cell's process (and to a Ray worker), never the model's name alone."""
 
-    config: RunConfig
+    config: RunConfig  # as asked (its `settings()` say what the user changed); `resolved`: filled in
     model: ResolvedModel
+
+    @cached_property
+    def resolved(self) -> RunConfig:
+        """The cell's configuration resolved (RunConfig.resolved), once per cell: planning, sharding, the
+        data's checks and the run all read this one (a frozen dataclass without slots may cache it)."""
+        return self.config.resolved()
+
+    def on(self, device: str) -> GridCell:
+        """The cell resolved and on `device` (cpu, cuda): the cell as it runs, is priced and is stored."""
+        return GridCell(replace(self.resolved, device=device), self.model)
 
     def with_config(self, **changes) -> GridCell:
         """The same cell with some of its configuration changed (`dataclasses.replace` on the config)."""

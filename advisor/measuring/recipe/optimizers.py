@@ -13,7 +13,9 @@ from unittest import mock
 
 import torch
 
-OPTIMIZERS = (
+from advisor.measuring.recipe.config import DEFAULT_LR
+
+BUILDABLE = (  # the names make_optimizer builds: every optimizer of rules/optimizers.toml
     "sgd",
     "sgd-momentum",
     "adam",
@@ -45,30 +47,6 @@ PACKAGES = {
     "adamw_torch_8bit": "torchao",
     "adamw_torch_4bit": "torchao",
     "schedule_free_adamw": "schedulefree",
-}
-
-# Learning rates for the tiny and small presets, where the paper's per-model rate does not apply: each
-# optimizer's conventional default (torch's own where it has one; SGD and CGD have none, these train the
-# small models stably; Lion's authors advise a rate 3-10x below AdamW's). The paper preset uses the
-# paper's one rate per model for every optimizer.
-DEFAULT_LR = {
-    "sgd": 0.1,
-    "sgd-momentum": 0.01,
-    "adam": 1e-3,
-    "adamw": 1e-3,
-    "adagrad": 1e-2,
-    "adadelta": 1.0,
-    "cgd": 0.05,
-    "adafactor": 1e-3,
-    "adamw_bnb_8bit": 1e-3,
-    "paged_adamw_8bit": 1e-3,
-    "adamw_torch_8bit": 1e-3,
-    "adamw_torch_4bit": 1e-3,
-    "lion_32bit": 1e-4,
-    "lion_8bit": 1e-4,
-    "schedule_free_adamw": 2.5e-3,
-    "muon": 1e-3,
-    "nadamw": 1e-3,
 }
 
 
@@ -111,7 +89,7 @@ def make_optimizer(
         "adadelta": lambda: torch.optim.Adadelta(params, lr=lr, **impl),
     }
     if name not in builders:
-        raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
+        raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(BUILDABLE)}")
     return builders[name]()
 
 

@@ -41,7 +41,7 @@ from transformers.utils import logging as hf_logging
 from advisor.errors import FitError, InputError
 from advisor.measuring.model.adapters import Gemm4bitDecomposed, adapted, quantize
 from advisor.measuring.model.builder import model_config
-from advisor.measuring.model.families import Family, family
+from advisor.measuring.model.families import Family, family_of
 from advisor.measuring.model.families.base import from_config
 from advisor.measuring.recipe.optimizers import (
     make_optimizer,
@@ -683,7 +683,7 @@ def trace(
         raise FitError(f"transformers cannot build {q.model.name} from its config: {_first_line(e)}") from e
     base = Spec(
         model_cfg,
-        family(q.model.family.name, rules),
+        family_of(q.model, rules),
         q.seq_len,
         q.image_size,
         "fp32",

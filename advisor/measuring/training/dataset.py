@@ -37,7 +37,7 @@ import numpy as np
 from advisor.errors import Error, InputError
 from advisor.measuring.data.corpus import encoded
 from advisor.measuring.model.builder import sized_reference, sized_user_config
-from advisor.measuring.model.families import family
+from advisor.measuring.model.families import family_of
 from advisor.measuring.model.families.base import ROLE_COLUMNS, Sizes
 from advisor.measuring.recipe.config import GridCell
 from advisor.rules import Rules
@@ -544,12 +544,12 @@ def check_cells(cells: list[GridCell], rules: Rules) -> None:
     sequence or image size the model cannot take."""
     tables, widest, decoded = {}, {}, set()
     for cell in cells:  # the configurations that read differently, each with the most examples it trains on
-        cfg = cell.config.resolved()
+        cfg = cell.resolved
         key = (cfg.model, cfg.preset, cfg.batch_size, cfg.eval_examples, cfg.seq_len, cfg.image_size)
         if key not in widest or cfg.train_examples > widest[key][1].train_examples:
             widest[key] = (cell.model, cfg)
     for model, cfg in widest.values():
-        fam = family(model.family.name, rules)
+        fam = family_of(model, rules)
         classes = None
         if cfg.data_path is not None:
             if cfg.data_path not in tables:  # read once for the whole grid

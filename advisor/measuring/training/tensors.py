@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 TOTAL = "Total"  # MemTracker's key of a snapshot's sum over categories
-CATEGORIES = {  # MemTracker's categories -> the measures stored (GB, at the step's peak)
+MEMTRACKER_MEASURES = {  # MemTracker's categories -> the measures stored (GB, at the step's peak)
     "Parameter": "tensor_parameters_gb",
     "Gradient": "tensor_gradients_gb",
     "Optstate": "tensor_optimizer_gb",
@@ -40,7 +40,7 @@ def measured_step(model, optimizer, step: Callable[[Callable[[], None]], object]
         hook.remove()
     peak = tracker.get_tracker_snapshot("peak")
     out = {"tensor_peak_gb": sum(d.get(TOTAL, 0) for d in peak.values()) / 1e9}
-    for category, name in CATEGORIES.items():
+    for category, name in MEMTRACKER_MEASURES.items():
         out[name] = sum(d.get(category, 0) for d in peak.values()) / 1e9
     out["forward_activations_gb"] = held[0] / 1e9
     return out

@@ -21,8 +21,9 @@ import torch
 from advisor.measuring.data.corpus import epoch_batches, load
 from advisor.measuring.data.shape import DEFAULT_SHAPE
 from advisor.measuring.machine.monitor import Monitor, process_rss_gb
+from advisor.measuring.model.adapters import adapted, classifier_heads
 from advisor.measuring.model.builder import build_model
-from advisor.measuring.model.families import family
+from advisor.measuring.model.families import family_of
 from advisor.measuring.model.families.base import Sizes
 from advisor.measuring.recipe.config import GridCell, RunConfig
 from advisor.measuring.recipe.optimizers import make_optimizer
@@ -34,6 +35,7 @@ from advisor.measuring.training.heldout import HeldOut
 from advisor.measuring.training.progress import Reporter
 from advisor.measuring.training.protocol import TargetClock, Untrained, check_trained, contended, target_loss
 from advisor.measuring.training.tensors import measured_step
+from advisor.prediction.step import Adapter
 from advisor.rules import Rules
 
 
@@ -121,7 +123,7 @@ class Trainer:
         parent process resolved --data once), before the model, which is built to its classes."""
         if self.cfg.data_path is None:
             return
-        fam = family(self.resolved.family.name, self.rules)
+        fam = family_of(self.resolved, self.rules)
         self.view = open_view(self.cfg.data_path, fam, self.cfg.eval_examples)
 
     def datasets(self):
@@ -372,9 +374,6 @@ def adapted_as_run(model, cfg: RunConfig, rules: Rules):
     adapter, _ = rules.as_fit(cfg.strategy)
     if adapter == "full":
         return model
-    from advisor.measuring.model.adapters import adapted, classifier_heads
-    from advisor.prediction.step import Adapter
-
     lora = Adapter("lora", r=cfg.lora_r, alpha=cfg.lora_alpha)
     return adapted(model, lora, cfg.dtype, heads=classifier_heads(model))
 

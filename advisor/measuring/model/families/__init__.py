@@ -2,7 +2,8 @@
 
 A family module subclasses `Family` (in `base.py`) and decorates it with `@register`; `rules/families.toml`
 names the module of each family (`module = "advisor.measuring.model.families.decoder"`), and `family(name)`
-imports it on first use. Adding a family is one module plus one line in rules/families.toml.
+imports it on first use (`family_of(model)`: a resolved model's). Adding a family is one module plus one
+line in rules/families.toml.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 from advisor.measuring.model.families.base import Family, UnknownFamily
+from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
 _REGISTRY: dict[str, Family] = {}
@@ -44,9 +46,14 @@ def family(name: str, rules: Rules) -> Family:
     return _REGISTRY[name]
 
 
+def family_of(model: ResolvedModel, rules: Rules) -> Family:
+    """The measurement side's Family of a resolved model: the one its rules record names."""
+    return family(model.family.name, rules)
+
+
 def registered() -> dict[str, Family]:
     """The families imported so far, by name."""
     return dict(_REGISTRY)
 
 
-__all__ = ["Family", "UnknownFamily", "family", "register", "registered"]
+__all__ = ["Family", "UnknownFamily", "family", "family_of", "register", "registered"]

@@ -1,0 +1,94 @@
+"""One request object per question, each field's default declared once: the command line's options read
+their defaults from the dataclass, and the Python API takes the object or its fields as keywords."""
+
+from dataclasses import MISSING, fields
+
+import click
+import pytest
+
+from advisor.api import RecommendRequest, recommend_request
+from advisor.cli import cli
+from advisor.errors import InputError
+from advisor.fields import default_of, help_of
+from advisor.prediction.question import FitRequest
+
+
+def _cli_default(param: click.Parameter):
+    """What a command receives for `param` when the user does not pass it (callbacks applied)."""
+    ctx = click.Context(click.Command("probe"))
+    value = param.get_default(ctx)
+    value = (
+        None if value is None or type(value).__name__ == "Sentinel" else value
+    )  # click's UNSET: no default
+    if param.multiple:
+        return tuple(value or ())
+    if param.callback is not None:
+        return param.callback(ctx, param, value)
+    return value
+
+
+def _fields(request: type) -> dict:
+    return {f.name: f for f in fields(request)}
+
+
+@pytest.mark.parametrize(
+    "command, requests",
+    [("fit", [FitRequest]), ("recommend", [RecommendRequest, FitRequest])],
+)
+def test_every_option_of_a_request_defaults_to_the_dataclass(command, requests):
+    params = cli.get_command(click.Context(cli), command).params
+    checked = 0
+    for param in params:
+        owner = next((r for r in requests if param.name in _fields(r)), None)
+        if owner is None:
+            continue
+        assert _cli_default(param) == default_of(owner, param.name), f"{command} --{param.name}"
+        checked += 1
+    assert checked >= 10  # the request's options, not a command that declares none
+
+
+def test_every_request_field_has_a_default_and_a_sentence():
+    for request in (FitRequest, RecommendRequest):
+        for f in fields(request):
+            assert f.default is not MISSING or f.default_factory is not MISSING, f.name
+            assert help_of(request, f.name).endswith((".", ")")), f.name
+
+
+def test_recommends_keywords_go_to_the_request_and_the_menus_to_its_fit():
+    asked = recommend_request(None, {"model": "vit", "gpu": "H100", "gpus": 2, "optimizers": ("adam",)})
+    assert asked.model == "vit" and asked.optimizers == ("adam",)
+    assert asked.fit == FitRequest(gpu="H100", gpus=2)
+    over = recommend_request(asked, {"optimize": "time", "lora_r": 8})
+    assert (over.optimize, over.fit.lora_r, over.fit.gpus) == ("time", 8, 2)
+
+
+def test_an_unknown_keyword_is_refused_by_name():
+    with pytest.raises(InputError, match="takes no colour"):
+        recommend_request(None, {"arch": "vit", "colour": "red"})
+
+
+def test_measures_options_default_to_its_request_and_run_configuration():
+    from advisor.measuring.recipe.config import RunConfig
+    from advisor.measuring.request import MeasureRequest
+
+    params = cli.get_command(click.Context(cli), "measure").params
+    checked = 0
+    for param in params:
+        owner = next((r for r in (MeasureRequest, RunConfig) if param.name in _fields(r)), None)
+        if owner is None or param.name == "models":  # required on both sides: no default to compare
+            continue
+        assert _cli_default(param) == default_of(owner, param.name), f"measure --{param.name}"
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_api_takes_a_measure_request_or_its_options_not_both():
+    import advisor
+    from advisor.model_ref import resolve_model
+    from advisor.rules import load_rules
+
+    asked = advisor.MeasureRequest(models=(resolve_model("vit", load_rules()),), seeds=2)
+    with pytest.raises(InputError, match="not both"):
+        advisor.plan("vit", request=asked)
+    with pytest.raises(InputError, match="takes no colour"):
+        advisor.plan("vit", colour="red")
