@@ -23,7 +23,7 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
-from advisor.fields import option
+from advisor.fields import default_of, option
 from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
 from advisor.prediction.accelerators import GB_PER_GIB
@@ -126,13 +126,13 @@ def recommend(
         keywords = {**keywords, **({"optimize": optimize} if optimize is not None else {})}
     request = recommend_request(request, keywords)
     rules = load_rules()
-    resolved = _checked(request, rules)
+    resolved, family = _checked(request, rules)
     fitted, menu_answer = _predicted(request, resolved, rules)
     reading = conn or open_kb(db)
     try:
         return rank(
             reading,
-            resolved.family.name if resolved else _family(request.arch, rules),
+            family,
             request.optimize,
             rules,
             _constraints(request, fitted, menu_answer),
@@ -148,20 +148,39 @@ def recommend(
 
 
 def recommend_request(request: RecommendRequest | None, keywords: dict) -> RecommendRequest:
-    """`request` with `keywords` over it: RecommendRequest's fields by name, FitRequest's into its `fit`."""
-    request = request or RecommendRequest()
-    mine = {f.name for f in fields(RecommendRequest)} - {"fit"}
+    """`request` with `keywords` over it: RecommendRequest's fields by name (`fit` a whole FitRequest), and
+    FitRequest's into its `fit`."""
+    request = _given(request, RecommendRequest, "advisor.recommend")
+    mine = {f.name for f in fields(RecommendRequest)}
     menu = {f.name for f in fields(FitRequest)}
     unknown = sorted(set(keywords) - mine - menu)
     if unknown:
         raise InputError(f"advisor.recommend takes no {', '.join(unknown)}.")
-    fit_keywords = {k: v for k, v in keywords.items() if k in menu and k not in mine}
     own = {k: v for k, v in keywords.items() if k in mine}
-    return replace(request, fit=replace(request.fit, **fit_keywords), **own)
+    base = _given(own.pop("fit", request.fit), FitRequest, "advisor.recommend's fit")
+    fit_keywords = {k: v for k, v in keywords.items() if k in menu and k not in mine}
+    if "dtype" in fit_keywords and fit_keywords["dtype"] is None:
+        fit_keywords["dtype"] = ()  # the accelerator's menu, as advisor.fit reads None too
+    return replace(request, fit=replace(base, **fit_keywords), **own)
 
 
-def _checked(request: RecommendRequest, rules: Rules) -> ResolvedModel | None:
-    """The request's model resolved once, after every flag that cannot go with the others is refused."""
+def _given(request, kind: type, who: str):
+    """`request` if it is a `kind` (None: the default one); else InputError naming what was passed."""
+    if request is None:
+        return kind()
+    if not isinstance(request, kind):
+        raise InputError(f"{who} takes a {kind.__name__} as its request, not {type(request).__name__}.")
+    return request
+
+
+# recommend's menu options in the order its --help lists them: the first one given is the one an error names
+MENU_FLAGS = ("adapters", "lora_r", "lora_alpha", "lora_targets", "base_bits", "offload", "attention", "gpus")
+MENU_FLAGS += ("nodes", "shardings")
+
+
+def _checked(request: RecommendRequest, rules: Rules) -> tuple[ResolvedModel | None, str]:
+    """(the request's model resolved once, its family's name), after every flag that cannot go with the others
+    is refused, in the order the command line checks them."""
     if (request.arch is None) == (request.model is None):
         raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
     menu = request.fit
@@ -170,13 +189,13 @@ def _checked(request: RecommendRequest, rules: Rules) -> ResolvedModel | None:
     _check_names(
         rules, request.optimize, (*request.optimizers, *request.exclude_optimizers), request.strategies
     )
-    _mine(request.evidence)
     _group_row(request.group)
+    _mine(request.evidence)
     resolved = _model(request.model, rules) if request.model is not None else None
+    family = resolved.family.name if resolved else _family(request.arch, rules)
+    others = tuple(f.name for f in fields(FitRequest) if f.name not in (*MENU_FLAGS, "gpu", "memory"))
     narrowing = [
-        f.name
-        for f in fields(FitRequest)
-        if f.name not in ("gpu", "memory") and getattr(menu, f.name) != f.default
+        name for name in (*MENU_FLAGS, *others) if getattr(menu, name) != default_of(FitRequest, name)
     ]
     if narrowing and (resolved is None or not (menu.gpu or menu.memory is not None)):
         flag = {"adapters": "--adapter", "shardings": "--sharding"}.get(narrowing[0])
@@ -184,7 +203,7 @@ def _checked(request: RecommendRequest, rules: Rules) -> ResolvedModel | None:
         raise InputError(
             f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
         )
-    return resolved
+    return resolved, family
 
 
 def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules: Rules):
@@ -257,7 +276,8 @@ def fit(
     from advisor.prediction.answer import fit as fit_answer
     from advisor.prediction.cache import open_cache
 
-    q = question(_model(model, rules), replace(request or FitRequest(), **options), rules)
+    request = _given(request, FitRequest, "advisor.fit")
+    q = question(_model(model, rules), replace(request, **options), rules)
     cache = open_cache(db)
     try:
         tracer = None
@@ -271,7 +291,8 @@ def fit(
         cache.close()
 
 
-REPORT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")  # the report's fit section, unless asked for others
+# The report's fit section, unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones
+REPORT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")
 
 
 def traced_fits(conn: sqlite3.Connection, gpus: tuple[Accelerator, ...] = ()) -> list[TracedFits]:

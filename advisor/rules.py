@@ -517,7 +517,9 @@ def _arms(raw: dict, files: _Files) -> dict[str, str]:
     return dict(arms)
 
 
-ADAPTER_KINDS = ("lora",)  # the adapters advisor measure trains on a frozen base (measuring/trainer.py)
+ADAPTER_KINDS = (
+    "lora",
+)  # the adapters advisor measure trains on a frozen base (advisor/measuring/training/trainer.py)
 
 
 def _adapters(raw: dict, files: _Files) -> dict[str, str]:

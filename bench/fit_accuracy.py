@@ -113,7 +113,7 @@ GPU_CASES = [
 
 
 def spec_of(model: str, preset_or_family: str, seq: int | None, dtype: str, device: str):
-    """A measure.prediction.Spec for a reference model at a preset, or a fixture's published config."""
+    """An advisor.measuring.tracer.engine.Spec for a reference model at a preset, or a fixture's published config."""
     from transformers import AutoConfig
 
     from advisor.measuring.model.families import family

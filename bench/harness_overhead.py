@@ -4,7 +4,7 @@
 
 Same model, optimizer and micro-batches (collated once, in memory). Each round runs, in turn, `steps`
 optimizer steps of: a bare loop (zero_grad, forward, mean cross-entropy, backward, step); the harness's
-step (measure.runner: summed loss over the window's targets, clock reads, divergence and memory checks,
+step (advisor.measuring.grid.runner: summed loss over the window's targets, clock reads, divergence and memory checks,
 progress callback) with the monitor's sampler off; the same with the sampler on. Prints median step
 times and the ratios. Targets: harness / bare <= 1.03; sampler on / off <= 1.01. On a shared 2-core
 machine the paired wall-clock ratios scatter by about +-2 % from run to run, so the sampler's own CPU

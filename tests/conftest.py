@@ -98,7 +98,7 @@ def rules():
 
 
 def cells(*configs, rules=None):
-    """Run configurations as grid cells, each model resolved once (what measure.runner.plan_grid makes)."""
+    """Run configurations as grid cells, each model resolved once (advisor.measuring.grid.runner.plan_grid)."""
     from advisor.measuring.recipe.config import GridCell
     from advisor.model_ref import resolve_model
     from advisor.places import shipped_rules_dir

@@ -208,7 +208,7 @@ def planted(cli, tmp_path_factory) -> dict:
         ("flowchart", charts.flowchart_chart(paths, summary(paths), rules)),
     ):
         charts.replace_file(base / PAGES[page], charts.html_page(chart).encode())
-    site.write_site(conn, base / "site", rules, None, "a planted KB", traced_fits(conn))
+    site.write_site(conn, base / "site", rules, None, "a planted KB", lambda: traced_fits(conn))
     conn.close()
     return dict(base=base)
 

@@ -178,5 +178,5 @@ def report(out_dir, force, gpus, source, db):
     check_own_folder(out_dir, force)
     label = kb_label(db, shown_path)
     conn = reading_kb(db, source)
-    index = write_site(conn, out_dir, load_rules(), source, label, api.traced_fits(conn, gpus))
+    index = write_site(conn, out_dir, load_rules(), source, label, lambda: api.traced_fits(conn, gpus))
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")

@@ -19,6 +19,7 @@ from advisor.errors import Error, InputError
 from advisor.fields import option
 from advisor.measuring.grid.shard import Shard, parse
 from advisor.measuring.machine.hardware import resolve_device
+from advisor.measuring.model.builder import has_weights
 from advisor.measuring.recipe.config import GridCell, RunConfig
 from advisor.measuring.training.dataset import check_cells, resolve
 from advisor.measuring.training.progress import Reporter, nothing_measured
@@ -168,8 +169,6 @@ class MeasureRequest:
         """An adapter strategy fine-tunes pretrained weights: refused for a model built at random, where
         adapters on a random base would measure nothing a fine-tune meets, and with an optimizer that does not
         train adapters (rules/optimizers.toml `adapters`)."""
-        from advisor.measuring.model.builder import has_weights  # transformers: see the module's docstring
-
         asked = [s for s in self.strategies if s in rules.adapters]
         for name in self.optimizers if asked else ():
             if asked[0] not in rules.optimizer_info[name].adapters:

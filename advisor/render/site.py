@@ -14,6 +14,7 @@ import re
 import sqlite3
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -50,7 +51,6 @@ POLICY = charts.page_policy(own_files=True)
 CHART_SIZE = (560, 380)
 FLOWCHART_CELL = (200, 84)
 RUNNERS_UP = 3
-# The fit section's accelerators unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones
 # An absolute path in the page's text: a slash that no word, dot, tilde, colon, slash or tag bracket precedes
 # ('s/epoch', 'http://', '</td>' are not paths), then what a path's parts are made of
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<>-])/[\w.+@%=-][^\s\"'<>&;:,()\[\]{}|*?`\\]*")
@@ -76,7 +76,7 @@ def write_site(
     rules: Rules,
     source: str | None,
     kb: str,
-    fits: list[TracedFits] = (),
+    fits: Callable[[], list[TracedFits]] = list,
 ) -> Path:
     """Write index.html and the chart script into `out` (created); nothing else there is touched, and each is
     replaced whole (charts.replace_file: a symbolic link there is replaced, never written through). The page
@@ -143,10 +143,14 @@ def without_paths(text: str) -> str:
 
 
 def site_context(
-    conn: sqlite3.Connection, rules: Rules, source: str | None, kb: str, fits: list[TracedFits] = ()
+    conn: sqlite3.Connection,
+    rules: Rules,
+    source: str | None,
+    kb: str,
+    fits: Callable[[], list[TracedFits]] = list,
 ) -> dict:
-    """Everything the page shows, computed once (`fits`: advisor fit's answers for the fit section, which the
-    Python API gives: api.traced_fits)."""
+    """Everything the page shows, computed once (`fits`: what gives advisor fit's answers for the fit section,
+    the Python API's api.traced_fits; called once the KB is known to hold evidence to report)."""
     paths = walk(conn, rules, source=source)
     if not any(p.answer for p in paths):
         where = f" from source {source!r}" if source else ""
@@ -173,7 +177,7 @@ def site_context(
         families=[f for f in families if f["group"]],
         claims=[v.as_dict() for v in verdicts],
         claim_counts={k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
-        fit=fit_sections(list(fits)),
+        fit=fit_sections(fits()),
         transfers=[transfer_row(t) for t in transfers(conn, rules)],
         groups=stats(conn)["groups"],
         embed_options=charts.EMBED_OPTIONS,

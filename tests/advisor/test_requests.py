@@ -92,3 +92,27 @@ def test_the_api_takes_a_measure_request_or_its_options_not_both():
         advisor.plan("vit", request=asked)
     with pytest.raises(InputError, match="takes no colour"):
         advisor.plan("vit", colour="red")
+
+
+def test_recommends_checks_keep_the_command_lines_order():
+    """The family before any menu option, --group before --evidence, the menu's flags in --help's order."""
+    import advisor
+
+    with pytest.raises(InputError) as e:
+        advisor.recommend(arch="bogus", gpus=2)
+    assert e.value.param == "--arch"
+    with pytest.raises(InputError) as e:
+        advisor.recommend(arch="vit", evidence="zz", group="qq")
+    assert e.value.param == "--group"
+    with pytest.raises(InputError) as e:
+        advisor.recommend(arch="decoder", attention="eager", gpus=2)
+    assert e.value.param == "--attention"
+
+
+def test_a_request_of_the_wrong_kind_is_a_sentence_and_fit_takes_a_whole_fit_request():
+    import advisor
+
+    with pytest.raises(InputError, match="takes a FitRequest as its request, not str"):
+        advisor.fit("vit", "H100")
+    asked = recommend_request(None, {"arch": "vit", "fit": FitRequest(gpu="H100"), "gpus": 2, "dtype": None})
+    assert asked.fit == FitRequest(gpu="H100", gpus=2)

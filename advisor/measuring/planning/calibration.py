@@ -365,7 +365,7 @@ class _Stepper:
 
     def _model(self, strategy: str):
         """The model of the strategy's kind: the built one, else a copy with its adapter and checkpointing on,
-        as a cell's trainer sets them up (advisor.measuring.training.trainer.Trainer.adapted, then prepare)."""
+        as a cell's trainer sets them up (advisor.measuring.training.trainer.adapted_as_run, then prepare)."""
         kind = self.kinds[strategy]
         if kind == ("full", None):
             return self.built.model
