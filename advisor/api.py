@@ -33,8 +33,8 @@ from advisor.rules import Accelerator, FamilyRecord, Rules, load_rules
 
 if TYPE_CHECKING:
     from advisor.answers.recommendation import Answer
-    from advisor.prediction.answer import FitAnswer
-    from advisor.prediction.cache import Traced, TracedFits
+    from advisor.prediction.answer import FitAnswer, TracedFits
+    from advisor.prediction.cache import Traced
 
 PathLike = str | os.PathLike
 MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")

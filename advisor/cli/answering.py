@@ -32,7 +32,6 @@ from advisor.cli.params import (
 )
 from advisor.cli.reporting import picture_option, write_pictures
 from advisor.fields import help_of
-from advisor.files import replace_file
 from advisor.prediction.question import FitRequest
 from advisor.rules import load_rules
 
@@ -206,6 +205,9 @@ def claims(source, markdown_path, db, as_json):
         advisor claims --source measured --markdown docs/claims.md
     """
     from advisor.answers.claims import check_all, markdown  # not on the path of the other answers
+    from advisor.files import (
+        replace_file,  # only --markdown writes a file: the short answer loads only what it uses
+    )
 
     verdicts = check_all(reading_kb(db, source), source, load_rules())
     if markdown_path:

@@ -20,7 +20,7 @@ from advisor.kb.reader import fit_validations, measured_values, speed_calibratio
 from advisor.kb.schema import connect_kb_readonly
 from advisor.places import shipped_kb_path
 from advisor.prediction import accelerators, ranking, speed
-from advisor.prediction.cache import PredictionCache, keys_of, software
+from advisor.prediction.cache import PredictionCache, Traced, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
 from advisor.prediction.recipe import Recipe, batches, learning_rate, rates_tuned
@@ -555,3 +555,8 @@ def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:
         out += distributed_assumptions(q, rules)
     out += [f"Left out of the menu: {x}." for x in q.left_out]
     return out
+
+
+# advisor fit's answers for one traced model and shape: each accelerator with its answer, or the sentence
+# that says why there is none (what the report's fit section shows; api.traced_fits makes it)
+TracedFits = tuple[Traced, list[tuple[Accelerator, FitAnswer | str]]]

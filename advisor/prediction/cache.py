@@ -10,7 +10,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from advisor.errors import KBError
 from advisor.kb import store
@@ -20,10 +19,7 @@ from advisor.places import resolve_write_path
 from advisor.prediction.question import Question
 from advisor.prediction.sharding import basis
 from advisor.prediction.step import ENGINE_VERSION, Config
-from advisor.rules import Accelerator, Rules
-
-if TYPE_CHECKING:
-    from advisor.prediction.answer import FitAnswer
+from advisor.rules import Rules
 
 LIBRARIES = ("peft", "bitsandbytes", "torchao", "schedulefree")  # what some configurations trace
 
@@ -263,8 +259,3 @@ class StoredPredictions(PredictionCache):
 
     def get(self, keys: list[str]) -> dict[str, dict]:
         return {k: self.payloads[k] for k in keys if k in self.payloads}
-
-
-# advisor fit's answers for one traced model and shape: each accelerator with its answer, or the sentence
-# that says why there is none (what the report's fit section shows; api.traced_fits makes it)
-TracedFits = tuple[Traced, list[tuple[Accelerator, "FitAnswer | str"]]]

@@ -37,7 +37,8 @@ from advisor.kb.reader import (
 )
 from advisor.prediction import answer as fit_answer
 from advisor.prediction.accelerators import gib
-from advisor.prediction.cache import Traced, TracedFits
+from advisor.prediction.answer import TracedFits
+from advisor.prediction.cache import Traced
 from advisor.render import charts
 from advisor.render.numbers import fmt
 from advisor.render.views import test_brief
