@@ -285,7 +285,7 @@ def _cached_config(repo_id: str) -> Path | None:
     """config.json of an HF id in the hub cache (the layout huggingface_hub writes), newest snapshot first."""
     if repo_id.count("/") != 1:
         return None
-    from advisor.hub import cache_dir
+    from advisor.hub import cache_dir  # urllib and threads: only for an id, not a name or a folder
 
     snapshots = cache_dir() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
     if not snapshots.is_dir():

@@ -25,6 +25,7 @@ from advisor.errors import InputError
 from advisor.measuring.data.corpus import encoded, epoch_batches, generated_rows
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.model.builder import MARKER, build_model
+from advisor.measuring.recipe.config import PRESET_DEFAULTS
 from advisor.model_ref import ResolvedModel
 from advisor.places import user_dir
 from advisor.rules import Rules
@@ -86,7 +87,6 @@ def pretrain(
     # (check_out, default_out) before training, and that must not wait seconds for torch
     import torch
 
-    from advisor.measuring.recipe.config import PRESET_DEFAULTS
     from advisor.measuring.recipe.optimizers import make_optimizer
     from advisor.measuring.recipe.strategies import train_step
     from advisor.measuring.training.heldout import HeldOut

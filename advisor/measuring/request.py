@@ -232,10 +232,8 @@ class MeasureRequest:
     ) -> Measured:
         """Measure the planned cells (`grid`: this request's plan, made already) into the KB, tuning the
         rates first with --tune-lr."""
-        from advisor.measuring.grid.deciding import (  # torch: see the module's docstring
-            close_calls,
-            more_seeds,
-        )
+        # torch: see the module's docstring
+        from advisor.measuring.grid.deciding import close_calls, more_seeds
         from advisor.measuring.grid.tuning import tune
 
         grid = grid or self.grid(rules, say)
@@ -259,9 +257,7 @@ class MeasureRequest:
         from advisor.measuring.grid.local import run_grid  # torch: see the module's docstring
 
         if self.executor == "ray":
-            from advisor.measuring.grid.cluster import (
-                run_grid_ray,  # Ray is an extra, imported only when asked for
-            )
+            from advisor.measuring.grid.cluster import run_grid_ray  # Ray is an extra: only when asked for
 
             return lambda cells: run_grid_ray(
                 cells, path, rules, reporter, self.order_seed, self.ray_address, self.cpus_per_cell
