@@ -27,12 +27,10 @@ from advisor.cli.params import (
     model_option,
     names_option,
     reading_kb,
-    request_of,
     source_option,
 )
 from advisor.cli.reporting import picture_option, write_pictures
 from advisor.fields import help_of
-from advisor.prediction.question import FitRequest
 from advisor.rules import load_rules
 
 # advisor.render.charts.FRONTIER_SIZE × PNG_SCALE, not imported from there: --help must not load the plotting library
@@ -86,9 +84,7 @@ def recommend(db, as_json, verbose, **options):
     """
     conn = reading_kb(db, options["source"])
     # the short answer names no other group's pick: ranking the others is for --verbose and --json
-    asked = request_of(
-        RecommendRequest, {**options, "compare_groups": verbose or as_json}, {"fit": FitRequest}
-    )
+    asked = api.recommend_request(None, {**options, "compare_groups": verbose or as_json})
     answer = api.recommend(request=asked, conn=conn)
     rules = load_rules()
     if as_json:

@@ -20,7 +20,6 @@ from advisor.cli.params import (
     menu_options,
     model_option,
     names_option,
-    request_of,
     shape_options,
 )
 from advisor.fields import help_of
@@ -110,7 +109,7 @@ def fit_command(
         raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-models, --list-gpus).")
     # a cold trace's stages on stderr, a line each (--json's consumers are scripts: there only to a terminal)
     say = (lambda line: click.echo(line, err=True)) if not as_json or sys.stderr.isatty() else None
-    answer = api.fit(model, request_of(FitRequest, options), db=db, say=say)
+    answer = api.fit(model, FitRequest(**options), db=db, say=say)
     if as_json:
         echo_json(answer.as_dict())
     elif code_only:

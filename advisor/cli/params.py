@@ -10,7 +10,6 @@ import json
 import math
 import sqlite3
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -345,21 +344,6 @@ def evidence_options(fn):
         declared_option(RecommendRequest, "group", metavar="ID"),
         declared_option(RecommendRequest, "evidence", type=click.Choice(["matching", "mine"])),
     )(fn)
-
-
-def request_of(request: type, options: dict, nested: dict[str, type] | None = None):
-    """The request dataclass `request` built from a command's parsed options by field name; `nested`: a field
-    that is itself a request (recommend's `fit`), built from the options that name its fields and not the
-    outer request's (recommend's --optimizer is its own, not the menu's)."""
-    nested = nested or {}
-    own = {f.name for f in fields(request)} - set(nested)
-    built = {
-        name: kind(
-            **{f.name: options[f.name] for f in fields(kind) if f.name in options and f.name not in own}
-        )
-        for name, kind in nested.items()
-    }
-    return request(**{k: v for k, v in options.items() if k in own}, **built)
 
 
 def db_option(fn):
