@@ -241,20 +241,16 @@ def declared_option(request: type, name: str, *decls: str, help: str | None = No
     default = default_of(request, name)
     if isinstance(default, tuple) and not kwargs.get("multiple"):
         default = None  # one value on the command line (--lora-targets a,b), made a tuple by its callback
-    if (
-        isinstance(kwargs.get("type"), click.Choice)
-        and default is not None
-        and not isinstance(default, tuple)
-    ):
-        default = str(
-            default
-        )  # a choice of numbers (--base-bits 4) is parsed as text, made a number by its callback
+    choice = isinstance(kwargs.get("type"), click.Choice)
+    if choice and default is not None and not isinstance(default, tuple):
+        default = str(default)  # a choice of numbers (--base-bits 4) is text, made a number by its callback
+    shown = default is not None and default is not False and default != ()
     decls = decls or ("--" + name.replace("_", "-"),)
     return click.option(
         *decls,
         name,
         default=default,
-        show_default=default not in (None, (), False),
+        show_default=shown,
         help=help or help_of(request, name),
         **kwargs,
     )
