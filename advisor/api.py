@@ -121,10 +121,8 @@ def recommend(
     `memory` (GiB of accelerator memory) excludes measured configurations above it too."""
     from advisor.answers.recommendation import recommend as rank  # the evidence side: not on fit's path
 
-    if arch is not None or optimize is not None:
-        keywords = {**keywords, **({"arch": arch} if arch is not None else {})}
-        keywords = {**keywords, **({"optimize": optimize} if optimize is not None else {})}
-    request = recommend_request(request, keywords)
+    given = {"arch": arch, "optimize": optimize}  # positionally, as advisor.recommend("encoder", "loss")
+    request = recommend_request(request, {**keywords, **{k: v for k, v in given.items() if v is not None}})
     rules = load_rules()
     resolved, family = _checked(request, rules)
     fitted, menu_answer = _predicted(request, resolved, rules)
