@@ -9,9 +9,9 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from advisor.measuring.config import RunConfig
-from advisor.measuring.grid import run_grid, run_order
-from advisor.measuring.runner import plan_grid
+from advisor.measuring.grid.local import run_grid, run_order
+from advisor.measuring.grid.runner import plan_grid
+from advisor.measuring.recipe.config import RunConfig
 from advisor.model_ref import resolve_model
 from advisor.rules import load_rules
 
