@@ -36,13 +36,27 @@ def test_every_insert_and_transaction_is_in_the_store():
     assert users == {"advisor/kb/store.py", "advisor/kb/migrations.py"}
 
 
-def test_no_sql_outside_the_kb():
-    """One door to SQL: every statement and `.execute*(` call is advisor/kb/'s (bench/house.py finds them;
-    bench/ is no package, so it is loaded from its file)."""
+def _house():
+    """bench/house.py, the house's figures (bench/ is no package: loaded from its file)."""
     spec = importlib.util.spec_from_file_location("house", REPO / "bench" / "house.py")
     house = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(house)
-    assert house.sql_outside_kb() == []
+    return house
+
+
+def test_no_sql_outside_the_kb():
+    """One door to SQL: every statement and `.execute*(` call is advisor/kb/'s."""
+    assert _house().sql_outside_kb() == []
+
+
+def test_the_sql_check_finds_a_query_and_a_call_outside_the_kb(tmp_path, monkeypatch):
+    house = _house()
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "reader.py").write_text('Q = "SELECT a FROM runs"\n')
+    (tmp_path / "site.py").write_text('Q = "SELECT id FROM runs WHERE grp = ?"\nW = "Select a colour"\n')
+    (tmp_path / "page.py").write_text("def f(conn):\n    conn.execute(Q)\n")
+    monkeypatch.setattr(house, "ROOT", tmp_path)
+    assert [h.split("/")[-1] for h in house.sql_outside_kb()] == ["page.py:2", "site.py:1"]
 
 
 def test_no_two_modules_share_a_name_across_advisor_and_measure():
