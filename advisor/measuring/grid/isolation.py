@@ -121,7 +121,7 @@ def start_server(rules: Rules) -> None:
         _preloading = True
     if _server_pid() is not None:
         return
-    with _our_sys_path(), _output_to(_output_file()):
+    with _server_environment(), _output_to(_output_file()):
         forkserver.ensure_running()
     _ready = False
 
@@ -138,13 +138,18 @@ def _server_pid() -> int | None:
 
 
 @contextlib.contextmanager
-def _our_sys_path():
+def _server_environment():
     """The environment a process started in the block reads: this process's sys.path as PYTHONPATH, and no
-    current folder put in front of it (PYTHONSAFEPATH), so that it imports what this process imports."""
+    current folder put in front of it (PYTHONSAFEPATH), so that it imports what this process imports; and the
+    Hugging Face hub off. No cell touches the network: the data was resolved before the grid (dataset.resolve),
+    the models are read from files. A library that asks the hub as it is imported would otherwise wait on it
+    in the server's preload: bitsandbytes' CPU backend fetches a kernel with `kernels`, when installed."""
     wanted = {
         PARENT_ENV: str(os.getpid()),  # the server started in the block dies with this process
         "PYTHONSAFEPATH": "1",
         "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if os.pathsep not in p),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
     }
     before = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
