@@ -17,7 +17,7 @@ from fractions import Fraction
 # What a traced step's live bytes are split into (a payload's lines, an answer's memory breakdown); PyTorch's
 # MemTracker has its own categories (advisor/measuring/training/tensors.py MEMTRACKER_MEASURES).
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
-ENGINE_VERSION = 5  # what a prediction means: bump it when that changes, and cached ones are traced again
+ENGINE_VERSION = 6  # what a prediction means: bump it when that changes, and cached ones are traced again
 DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 ADAPTERS = ("full", "lora", "qlora")
 OFFLOADS = ("none", "optimizer", "optimizer+params")

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from advisor.measuring.model.adapters import Gemm4bitDecomposed, adapted
 from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import checkpointing_of, enable_checkpointing
-from advisor.measuring.tracer.engine import Spec, _has_experts, autocast, cuda_kernels, precision
+from advisor.measuring.tracer.engine import Spec, _has_experts, autocast, cuda_kernels, experts_of, precision
 
 COMPILED = ("adamw_torch_8bit", "adamw_torch_4bit")  # torchao's steps: checked by the allocator's peak only
 _SAVED: dict[str, Path] = {}  # config -> a folder of saved weights, for from_pretrained's quantized load
@@ -61,12 +61,9 @@ def real_model(spec: Spec, strategy: str):
     if spec.adapter.kind == "qlora":
         model = _quantized(spec, half or weights)
     else:
-        experts = (
-            {"experts_implementation": "eager"} if _has_experts(config) else {}
-        )  # as traced (rules/fit.toml)
         model = spec.family.model_class().from_config(
-            config, dtype=weights, attn_implementation=spec.attention, **experts
-        )
+            config, dtype=weights, attn_implementation=spec.attention, **experts_of(spec, config)
+        )  # a mixture's experts as traced (rules/fit.toml [moe])
     if checkpointing_of(strategy):
         enable_checkpointing(model, selective=checkpointing_of(strategy) == "selective")
     if spec.adapter.kind != "full":

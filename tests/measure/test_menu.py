@@ -4,6 +4,8 @@ MemTracker on real tensors) within 2 %, in two families (decoder, vision), in fp
 Lion, schedule-free AdamW, Muon, torchao's 8-bit and 4-bit AdamW), selective checkpointing, eager attention;
 and the architectures people fine-tune (mixtures of experts, mixed layer types)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoConfig
@@ -198,11 +200,23 @@ MOE = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("model_type", list(MOE))
-def test_mixtures_of_experts_are_traced_with_eager_experts_and_predicted_within_two_percent(model_type):
-    """Routing spread evenly across experts in the trace; a real step's routing follows its random weights,
-    so the real step runs routed evenly too (the trace's routing is what is asserted, and stated)."""
-    spec = spec_for("decoder", "fp32", config=tiny(model_type, **MOE[model_type]))
+def test_mixtures_of_experts_are_traced_as_transformers_runs_them_and_predicted_within_two_percent(
+    model_type, dtype
+):
+    """Grouped GEMM in bf16 (transformers' default), the eager loop over experts in fp32 (grouped GEMM takes
+    bf16 alone). Routing spread evenly across experts in the trace; a real step's routing follows its random
+    weights, so the real step runs routed evenly too (the trace's routing is what is asserted, and stated)."""
+    spec = spec_for("decoder", dtype, config=tiny(model_type, **MOE[model_type]))
+    assert_within(errors(spec, ["adamw"], ["standard", "checkpointing"]))
+
+
+@pytest.mark.slow
+def test_lora_on_every_expert_is_predicted_within_two_percent():
+    """peft's all-linear adapts a mixture's experts (3-D parameters, through target_parameters): each forward
+    reads the adapted weights whole; grouped GEMM on the bf16 base, as transformers runs it."""
+    spec = spec_for("decoder", "bf16-mixed", Adapter("lora"), config=tiny("mixtral", **MOE["mixtral"]))
     assert_within(errors(spec, ["adamw"], ["standard", "checkpointing"]))
 
 
@@ -258,3 +272,60 @@ def _real(config):
 
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config)
+
+
+def test_a_vision_tower_not_run_is_its_parameters_alone():
+    """A VLM fine-tuned on text alone (Gemma 3) never runs its vision tower: the window one tower block deeper
+    is made from the shallower one and that block's parameters, equal to a traced one op by op; the optimizer
+    keeps no state for the tower, which gets no gradient."""
+    from advisor.measuring.tracer.engine import Tracer, depth_points
+
+    text = dict(
+        num_hidden_layers=2,
+        sliding_window=8,
+        head_dim=16,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    vision = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    config = tiny(
+        "gemma3",
+        text_config=tiny("gemma3_text", **text).to_dict(),
+        vision_config=vision,
+        mm_tokens_per_image=4,
+    )
+    spec = replace(
+        spec_for("vlm", "bf16-mixed", Adapter("lora"), config=config), image_size=None, images=False
+    )
+    tracer = Tracer(spec)
+    raised = depth_points(tracer.knobs)[-1]  # the vision tower one block deeper
+    assert list(tracer.knobs)[-1].startswith("vision_config.") and tracer._dormant(raised, False) is not None
+    made = tracer.window(spec, raised, 2, None, 2)
+    traced = trace_window(spec, tracer.config(raised), 2, None, 2)
+    assert made.timeline == traced.timeline and made.n_params == traced.n_params
+    assert (made.param_bytes, made.trainable, made.graded) == (
+        traced.param_bytes,
+        traced.trainable,
+        traced.graded,
+    )
+    assert not any("vision" in name for name in traced.graded)
+    step = tracer.steps(spec, raised, ["adamw"])["adamw"]
+    assert step == trace_optimizers(spec, tracer.config(raised), ["adamw"], None, traced.graded)["adamw"]
+
+
+def test_one_model_serves_both_traced_batches():
+    """The windows at micro-batch 2 and 3 run on one model built once (its gradients dropped between them):
+    equal, op by op, to a model built for each."""
+    from advisor.measuring.tracer.engine import trace_windows
+
+    spec = spec_for("decoder", "bf16-mixed", Adapter("lora"))
+    both = trace_windows(spec, spec.config, (2, 3), "full", 2)
+    for batch in (2, 3):
+        alone = trace_window(spec, spec.config, batch, "full", 2)
+        assert both[batch].timeline == alone.timeline and both[batch].flops == alone.flops

@@ -2,6 +2,7 @@
 (tracked by PyTorch's own MemTracker on real tensors), exactly enough to decide what fits; the composite
 of shallow traces equals a full trace; published models have their published parameter counts."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from advisor.measuring.tracer.engine import (
     trace_optimizers,
     trace_window,
 )
-from advisor.prediction.step import n_params, step_flops, tensor_peak
+from advisor.prediction.step import Adapter, n_params, step_flops, tensor_peak
 from advisor.rules import load_rules
 
 from ..conftest import RULES
@@ -53,6 +54,27 @@ def test_prediction_equals_the_real_steps_live_tensor_bytes(name, preset, dtype)
             errors[(optimizer, strategy)] = sum(tensor_peak(payload, 2)[1].values()) / peak.tensors - 1
     worst = max(errors, key=lambda k: abs(errors[k]))
     assert abs(errors[worst]) <= 0.02, f"{worst}: {errors[worst]:+.2%}"
+
+
+@pytest.mark.parametrize(
+    "name, dtype, adapter, checkpointing",
+    [(name, "fp32", "full", None) for name in FAMILIES]
+    + [
+        ("decoder", "bf16-mixed", "full", "full"),
+        ("decoder", "bf16", "full", "selective"),
+        ("decoder", "bf16-mixed", "lora", None),
+        ("decoder", "bf16-mixed", "qlora", "full"),
+    ],
+)
+def test_the_derived_second_micro_batch_equals_a_traced_one_op_by_op(name, dtype, adapter, checkpointing):
+    """An accumulation window's second micro-batch is derived from its first (engine.accumulating): the same
+    ops, the first's gradients held throughout; traced for real, every op's live bytes are the same."""
+    spec = replace(spec_for(name, "tiny", dtype), adapter=Adapter(adapter))
+    derived = trace_window(spec, spec.config, 2, checkpointing, 2).timeline
+    traced = trace_window(spec, spec.config, 2, checkpointing, 2, derived=False).timeline
+    for phase in ("forward0", "backward0", "forward1", "backward1"):
+        assert [v for _, v in derived[phase]] == [v for _, v in traced[phase]], phase
+    assert any(v[1] for _, v in traced["forward1"])  # the gradients are held: the check is not of zeros
 
 
 def test_the_accumulation_window_peaks_by_its_second_micro_batch():

@@ -116,6 +116,7 @@ def model_config(model: ResolvedModel, rules: Rules):
 
 def transformers_config(model: ResolvedModel):
     """A user's model's config as transformers builds it, from the config.json read once (no second read)."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import CONFIG_MAPPING
 
     try:
@@ -124,6 +125,10 @@ def transformers_config(model: ResolvedModel):
         raise ValueError(
             f"transformers {_version()} does not know model_type {model.model_type!r} of {model.name}"
         ) from None
+    except (
+        StrictDataclassError
+    ) as e:  # the config class's own validators (layer_types against the depth, ...)
+        raise ValueError(str(e.__cause__ or e).strip().splitlines()[-1]) from e
 
 
 def _version() -> str:

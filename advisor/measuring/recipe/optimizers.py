@@ -264,10 +264,12 @@ EXTRA = {
 
 
 @contextmanager
-def traceable(name: str, fake_mode):
+def traceable(name: str, fake_mode, update: bool = True):
     """What an optimizer needs to be built and stepped under fake tensors: bitsandbytes' quantization maps
     computed for real (its constructor reads them with .tolist()), and torchao's step run eagerly (its
-    compiled kernel dereferences data pointers) with its quantization maps made for real first."""
+    compiled kernel dereferences data pointers) with its quantization maps made for real first; without
+    `update`, torchao's step makes its state and skips the update itself (a trace that models the step's
+    memory and traffic needs the state alone: rules/fit.toml [optimizers])."""
     with ExitStack() as stack:
         if PACKAGES.get(name) == "bitsandbytes":
             import bitsandbytes.functional as F
@@ -287,10 +289,13 @@ def traceable(name: str, fake_mode):
             for module in (subclass_8bit, subclass_4bit):
                 module.get_qmap_signed()
                 module.get_qmap_unsigned()
-            stack.enter_context(
-                mock.patch.object(torch, "compile", lambda fn=None, **kw: fn or (lambda f: f))
-            )
+            eager = (lambda fn=None, **kw: fn or (lambda f: f)) if update else (lambda *a, **kw: _skipped)
+            stack.enter_context(mock.patch.object(torch, "compile", eager))
         yield
+
+
+def _skipped(*args, **kwargs) -> None:
+    """torchao's per-parameter update, where a trace needs only the state it makes."""
 
 
 class ConjugateGradient(torch.optim.Optimizer):

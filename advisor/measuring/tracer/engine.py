@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from unittest import mock
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, fake_tensor_tls
 from transformers import PreTrainedModel
 from transformers.utils import import_utils
 from transformers.utils import logging as hf_logging
@@ -61,16 +62,14 @@ from advisor.measuring.tracer.fsdp import (
     sharded_points,
 )
 from advisor.measuring.tracer.tracing import (
-    BalancedRouting,
     InputValues,
     LiveBytes,
-    OpFlops,
     OpTraffic,
     ScalarOracle,
     ShardedLiveBytes,
 )
 from advisor.measuring.tracer.workers import unordered
-from advisor.prediction.question import Question
+from advisor.prediction.question import Question, text_first
 from advisor.prediction.step import (
     BATCHES,
     CATEGORIES,
@@ -104,6 +103,7 @@ class Spec:
     device: str = "cuda"  # which optimizer implementations and kernels a run gets
     adapter: Adapter = field(default_factory=Adapter)
     attention: str = "sdpa"  # sdpa | eager
+    images: bool = True  # a model that takes images given one (False: a text-first VLM on text alone)
 
 
 def precision(spec: Spec) -> tuple[torch.dtype, torch.dtype | None]:
@@ -183,8 +183,8 @@ def at_depth(config, depths: dict[str, int]):
 
 
 @contextmanager
-def fake_tensors():
-    """A fake-tensor session: (mode, input values). Transformers treats FakeTensors as tracing and then
+def fake_tensors(experts: bool = False):
+    """A fake-tensor session: (mode, input values; `experts`: a mixture's routing spread evenly). Transformers treats FakeTensors as tracing and then
     takes branches a real run never takes (materialized attention masks instead of is_causal); here the
     fakes stand for real tensors and InputValues supplies the values those branches read, so transformers
     is told they are not fake."""
@@ -194,7 +194,7 @@ def fake_tensors():
     try:
         with mock.patch.object(import_utils, "is_fake_tensor", lambda x: False), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # libraries' deprecation notices about their own calls
-            yield mode, InputValues(mode)
+            yield mode, InputValues(mode, experts)
     finally:
         hf_logging.set_verbosity(verbosity)
 
@@ -247,8 +247,8 @@ def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None)
     config = copy.deepcopy(
         config
     )  # from_config keeps the object, and checkpointing changes it: never share one
-    kwargs = {"experts_implementation": "eager"} if _has_experts(config) else {}
-    meta = torch.device("meta") if mesh is not None else nullcontext()
+    kwargs = experts_of(spec, config, sharded=mesh is not None)
+    meta = _on_meta() if mesh is not None else nullcontext()
     with mode, meta, mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None):
         try:
             model = from_config(
@@ -272,6 +272,31 @@ def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None)
     return model
 
 
+@contextmanager
+def _on_meta():
+    """The meta device inside fake tensors, for a model FSDP shards before it is materialized. A constant a
+    model makes from a Python number (Gemma's `torch.tensor(embed_scale)` buffer) is a meta tensor there that
+    a CPU-only build does not lift into the fake mode (it lifts CPU tensors only): let the mode take it in,
+    for the model's construction alone."""
+    fake_tensor_tls.allow_non_fake_inputs_override = True
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        fake_tensor_tls.allow_non_fake_inputs_override = None
+
+
+def experts_of(spec: Spec, config, sharded: bool = False) -> dict:
+    """How a mixture's experts run (from_config's keyword; none for a dense model): grouped GEMM, transformers'
+    default, where they compute in bf16 (its kernel takes bf16 alone: pure bf16, an adapter's bf16 base, FSDP's
+    bf16 gathers), else the eager loop over experts (the printed code asks for it then: rules/fit.toml [moe])."""
+    if not _has_experts(config):
+        return {}
+    weights, _ = precision(spec)
+    bf16 = weights == torch.bfloat16 or (sharded and spec.dtype == "bf16-mixed")
+    return {"experts_implementation": "grouped_mm" if bf16 else "eager"}
+
+
 def _has_experts(config) -> bool:
     subs = [config] + [getattr(config, s, None) for s in SUB_CONFIGS]
     return any(
@@ -287,11 +312,6 @@ def autocast(spec: Spec):
     if half is not None:
         return torch.autocast("cpu", dtype=half)  # traced on the CPU: CPU autocast's op lists
     return ExitStack()
-
-
-def routing(values: InputValues):
-    """A mixture of experts' routing spread evenly across experts (what a trace cannot know of real data)."""
-    return BalancedRouting(values)
 
 
 def kernels(spec: Spec):
@@ -319,6 +339,7 @@ class Trace:
     param_bytes: int = 0  # the weights (and a quantized base's state) as held
     grad_bytes: int = 0  # the gradients of what trains, as held
     structure: dict = field(default_factory=dict)  # hidden size, largest module, root parameters
+    graded: frozenset[str] = frozenset()  # the parameters that got a gradient (a VLM's unused tower does not)
 
 
 def trace_window(
@@ -329,60 +350,122 @@ def trace_window(
     micro_batches: int = 2,
     sharded: bool = False,
     warm_up=None,
+    derived: bool = True,
 ) -> Trace:
+    """Forward and backward of two micro-batches at one batch size (trace_windows)."""
+    return trace_windows(
+        spec, config, (batch_size,), checkpointing, micro_batches, sharded, warm_up, derived
+    )[batch_size]
+
+
+def trace_windows(
+    spec: Spec,
+    config,
+    batch_sizes: tuple[int, ...],
+    checkpointing,
+    micro_batches: int = 2,
+    sharded: bool = False,
+    warm_up=None,
+    derived: bool = True,
+) -> dict[int, Trace]:
     """Forward and backward of two micro-batches, gradients accumulating (none before the first); one where
-    no accumulation is asked. `checkpointing`: 'full', 'selective' or None (True means 'full'). `sharded`:
+    no accumulation is asked; at each batch size, on one model built once (its gradients dropped between
+    them, as a zero_grad does). `checkpointing`: 'full', 'selective' or None (True means 'full'). `sharded`:
     one rank of FSDP2 at TRACED_WORLD ranks; `warm_up`, a config (the model at its shallowest), is stepped
     first unless this process traced the same ops before (DTensor's sharding propagation is cached
-    process-wide, by op and shapes, which no block count changes)."""
+    process-wide, by op and shapes, which no block count changes). `derived`: one process's second
+    micro-batch made from its first (`accumulating`), not traced; an FSDP rank's is always traced (it
+    reduce-scatters into the shards)."""
     checkpointing = "full" if checkpointing is True else checkpointing or None
-    with fake_group() if sharded else nullcontext() as mesh, fake_tensors() as (mode, values):
-        real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size)
+    derive = derived and not sharded and micro_batches == 2
+    out = {}
+    with (
+        fake_group() if sharded else nullcontext() as mesh,
+        fake_tensors(_has_experts(config)) as (mode, values),
+    ):
         if sharded and warm_up is not None:
+            real = spec.family.fit_batch(config, batch_sizes[0], spec.seq_len, spec.image_size, spec.images)
             _warm_up(spec, build(spec, warm_up, mode, checkpointing, mesh), real, mode, values)
         model = build(spec, config, mode, checkpointing, mesh)
-        live = ShardedLiveBytes(timeline=True) if sharded else LiveBytes(timeline=True)
-        handles = live.track_module(model)
-        counter, flops = OpFlops(), []
-        with mode, values, routing(values), live, counter, kernels(spec), cuda_kernels(spec):
-            for i in range(micro_batches):
-                batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
-                for t in batch.values():
-                    live.track(t, "activations")
-                live.start(f"forward{i}")
-                with autocast(spec) if not sharded else nullcontext():  # FSDP casts by its policy
-                    loss = model(**batch).loss
-                live.start(f"backward{i}")
-                loss.backward()
-                del loss
-                flops.append(counter.total)
-            live.start("done")
-        for h in handles:
-            h.remove()
+        for batch_size in batch_sizes:  # one model serves each: checked equal to one built for each, op by op
+            for p in model.parameters():
+                p.grad = None
+            real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size, spec.images)
+            live = (
+                ShardedLiveBytes(timeline=True, flops=True)
+                if sharded
+                else LiveBytes(timeline=True, flops=True)
+            )
+            handles = live.track_module(model)
+            flops = []
+            with mode, values, live, kernels(spec), cuda_kernels(spec):
+                for i in range(1 if derive else micro_batches):
+                    batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
+                    for t in batch.values():
+                        live.track(t, "activations")
+                    live.start(f"forward{i}")
+                    with autocast(spec) if not sharded else nullcontext():  # FSDP casts by its policy
+                        loss = model(**batch).loss
+                    live.start(f"backward{i}")
+                    loss.backward()
+                    del loss, batch
+                    flops.append(live.flops)
+                live.start("done")
+            for h in handles:
+                h.remove()
+            out[batch_size] = _traced(spec, config, model, live, real, flops[0], derive)
+    return out
+
+
+def _traced(spec: Spec, config, model, live: LiveBytes, real: dict, flops: int, derive: bool) -> Trace:
+    """What a window gave (its model as the window left it: its gradients held)."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     adapters = sum(p.numel() for p in trainable) if spec.adapter.kind != "full" else 0
+    # what trains is what gets a gradient: a text-only step leaves a VLM's vision tower without one, and the
+    # optimizer keeps no state for it
+    graded = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
     structure = {
         "hidden": _hidden(config),
         "largest_module": largest_module(model),
         "root": root_parameters(model) if blocks(model) else 0,
     }
+    timeline = {p: t for p, t in live.timeline.items() if p.startswith(("forward", "backward"))}
+    if derive:
+        timeline |= accumulating(timeline, live.timeline["done"][0][1])
     return Trace(
-        {p: t for p, t in live.timeline.items() if p.startswith(("forward", "backward"))},
-        flops[0],
+        timeline,
+        flops,
         _parameters(model) - adapters,  # the model's own: an adapter's are `trainable`
-        sum(p.numel() for p in trainable),
+        sum(p.numel() for p in graded.values()),
         model.config._attn_implementation,
         sum(v.untyped_storage().nbytes() for v in real.values()),
         live.now["parameters"],
-        sum(p.numel() * p.element_size() for p in trainable),
+        sum(p.numel() * p.element_size() for p in graded.values()),
         structure,
+        frozenset(graded),
     )
+
+
+def accumulating(first: dict, after: tuple[int, ...]) -> dict:
+    """An accumulation window's second micro-batch from its first (`first`: forward0's and backward0's live
+    bytes op by op; `after`: the bytes once its backward is done). It runs the same ops on tensors of the same
+    sizes, with the first micro-batch's gradients alive throughout: forward1 is forward0 with them held, and
+    backward1 is backward0 with them held whole (each new gradient is added into its own and freed where the
+    first micro-batch's became it: a temporary either way until then). Derived rather than traced, it halves
+    a window's cost; tests/measure/test_prediction.py checks it equal to a traced second micro-batch, op by op."""
+    g = CATEGORIES.index("gradients")
+    held = after[g]
+
+    def holding(entries):
+        return [(op, (*v[:g], held, *v[g + 1 :])) for op, v in entries]
+
+    return {"forward1": holding(first["forward0"]), "backward1": holding(first["backward0"])}
 
 
 def _warm_up(spec: Spec, model, real: dict, mode, values) -> None:
     """One forward and backward of a shallow copy before a sharded trace: DTensor's sharding-propagation
     cache filled (a cold one counts phantom temporaries) at a quarter of the traced depth's cost."""
-    with mode, values, routing(values), kernels(spec), cuda_kernels(spec):
+    with mode, values, kernels(spec), cuda_kernels(spec):
         batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
         model(**batch).loss.backward()
 
@@ -408,16 +491,21 @@ def _parameters(model) -> int:
     return total
 
 
-def trace_optimizers(spec: Spec, config, names: list[str], fit_rules: dict | None = None) -> dict[str, dict]:
+def trace_optimizers(
+    spec: Spec, config, names: list[str], fit_rules: dict | None = None, graded: frozenset | None = None
+) -> dict[str, dict]:
     """Two steps of each optimizer on fake gradients of what trains (one model, a fresh optimizer each): the
     bytes by category at the second step's peak ("peak"), the bytes its ops read and write ("traffic"), and
     the state a paged optimizer keeps in unified memory ("paged"). torchao's compiled step cannot run on fake
-    tensors: its state is traced (eagerly), its temporaries are rules/fit.toml's."""
+    tensors: its state is traced (eagerly), its temporaries are rules/fit.toml's. `graded`: the names of the
+    parameters a window gave a gradient (None: every trainable one); an optimizer skips the others."""
     out = {}
     with fake_tensors() as (mode, _):
         model = build(spec, config, mode)
         with mode:
-            params = [p for p in model.parameters() if p.requires_grad]
+            params = [
+                p for n, p in model.named_parameters() if p.requires_grad and (graded is None or n in graded)
+            ]
             for p in params:
                 p.grad = torch.zeros_like(p)
         for name in names:
@@ -428,7 +516,8 @@ def trace_optimizers(spec: Spec, config, names: list[str], fit_rules: dict | Non
 def _trace_optimizer(spec: Spec, model, params, name: str, mode, fit_rules: dict) -> dict:
     if missing_package(name):
         raise FitError(f"{name} needs {missing_package(name)}: pip install 'advisor[measure]'.")
-    with traceable(name, mode):
+    modelled = fit_rules.get("optimizers", {}).get(name, {}).get("temporaries_per_element")
+    with traceable(name, mode, update=modelled is None):
         with mode:
             optimizer = make_optimizer(
                 name, params, TRACE_LR, cuda_defaults=spec.device == "cuda", model=model
@@ -438,7 +527,6 @@ def _trace_optimizer(spec: Spec, model, params, name: str, mode, fit_rules: dict
         for p in params:
             live.track(p.grad, "gradients")
         traffic = OpTraffic()
-        modelled = fit_rules.get("optimizers", {}).get(name, {}).get("temporaries_per_element")
         steps = 1 if modelled is not None else 2  # a modelled step needs only the state the first one makes
         with mode, ScalarOracle(), live:
             for step in range(steps):
@@ -486,6 +574,8 @@ class Tracer:
         self._configs: dict = {}
         self._windows: dict = {}
         self._steps: dict = {}
+        self._graded: dict = {}  # (adapter, images) -> names of the parameters the windows gave a gradient
+        self._extra: dict = {}  # a dormant block's held bytes and parameters (_held)
 
     def points(self, sharded: bool = False) -> list[tuple[int, ...]]:
         """Depth points: 1 and 2 blocks of each stack; a sharded trace's deeper ones (advisor/measuring/tracer/fsdp.py)."""
@@ -499,21 +589,77 @@ class Tracer:
     @staticmethod
     def _key(spec: Spec) -> tuple:
         """What tells specs of one model apart (its config is the tracer's own)."""
-        return (spec.dtype, spec.device, spec.adapter, spec.attention, spec.seq_len, spec.image_size)
+        return (
+            spec.dtype,
+            spec.device,
+            spec.adapter,
+            spec.attention,
+            spec.seq_len,
+            spec.image_size,
+            spec.images,
+        )
 
     def window(
         self, spec: Spec, point, batch: int, checkpointing: str | None, micro_batches: int = 2, sharded=False
     ) -> Trace:
-        """A traced window, of `micro_batches` or more (two serve where one is asked)."""
+        """A traced window, of `micro_batches` or more (two serve where one is asked; one process's second
+        micro-batch costs nothing: it is derived)."""
+        micro_batches = micro_batches if sharded else 2
         key = (self._key(spec), point, batch, checkpointing, sharded)
         for n in range(micro_batches, 3):
             if (*key, n) in self._windows:
                 return self._windows[(*key, n)]
-        warm = any(k[0] == key[0] and k[2:5] == key[2:] for k in self._windows)  # another depth's
+        below = self._dormant(point, sharded)
+        if below is not None:  # a stack the step never runs, one block deeper: its parameters alone added
+            base = self.window(spec, below, batch, checkpointing, micro_batches, sharded)
+            held, count = self._held(spec, point, below, sharded)
+            return replace(
+                base,
+                timeline={p: _with_parameters(t, held) for p, t in base.timeline.items()},
+                n_params=base.n_params + count,
+                param_bytes=base.param_bytes + held,
+            )
+        warm = any(k[0] == key[0] and k[3:5] == key[3:] for k in self._windows)  # another depth's
         shallow = None if warm or not sharded else self.config(depth_points(self.knobs)[0])
-        traced = trace_window(spec, self.config(point), batch, checkpointing, micro_batches, sharded, shallow)
-        self._windows[(*key, micro_batches)] = traced
-        return traced
+        # every batch a payload reads, on one model (an FSDP rank's model one per batch: its first forward
+        # initializes FSDP's state, which a window at another batch would then skip)
+        sizes = (batch,) if sharded else tuple(dict.fromkeys((batch, *BATCHES)))
+        traced = trace_windows(
+            spec, self.config(point), sizes, checkpointing, micro_batches, sharded, shallow
+        )
+        graded = self._graded.setdefault((spec.adapter, spec.images), set())
+        for size, trace in traced.items():
+            self._windows[(self._key(spec), point, size, checkpointing, sharded, micro_batches)] = trace
+            graded |= trace.graded  # a deeper point's names hold a shallower one's
+        return traced[batch]
+
+    def _dormant(self, point, sharded: bool) -> tuple | None:
+        """The point below this one, where it raises only a stack the step never runs (a VLM's vision tower on
+        text alone: its blocks hold parameters and nothing else); None: a point to trace."""
+        base = self.points(sharded)[0]
+        if self.spec.images or point == base:
+            return None
+        raised = [i for i, (p, b) in enumerate(zip(point, base, strict=True)) if p != b]
+        if all(list(self.knobs)[i].startswith("vision_config.") for i in raised):
+            return base
+        return None
+
+    def _held(self, spec: Spec, point, below, sharded: bool) -> tuple[int, int]:
+        """(bytes, parameters of the model's own) that the model at `point` holds beyond the one at `below`
+        (a dormant stack's block and its adapters), each model built once under fake tensors."""
+        key = (spec.dtype, spec.adapter, point, below, sharded)
+        if key not in self._extra:
+            held = []
+            for at in (point, below):
+                with fake_group() if sharded else nullcontext() as mesh, fake_tensors() as (mode, _):
+                    model = build(spec, self.config(at), mode, None, mesh)
+                    live = LiveBytes()
+                    live.track_module(model, gradients=False)
+                    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+                    own = _parameters(model) - (trained if spec.adapter.kind != "full" else 0)
+                    held.append((live.now["parameters"], own))
+            self._extra[key] = (held[0][0] - held[1][0], held[0][1] - held[1][1])
+        return self._extra[key]
 
     def steps(self, spec: Spec, point, names: list[str]) -> dict[str, dict]:
         """Each optimizer's step at a depth point: traced at 1 and 2 blocks, affine in depth beyond (a sharded
@@ -522,10 +668,21 @@ class Tracer:
         if point not in singles:
             by_point = {d: self.steps(spec, d, names) for d in singles}
             return {n: _affine({d: by_point[d][n] for d in singles}, point) for n in names}
+        below = self._dormant(point, sharded=False)
+        if below is not None:  # the dormant block's parameters take no step: they get no gradient
+            held, _ = self._held(spec, point, below, False)
+            base = self.steps(spec, below, names)
+            return {
+                n: {**st, "peak": {**st["peak"], "parameters": st["peak"]["parameters"] + held}}
+                for n, st in base.items()
+            }
         key = self._key(spec)
         todo = [n for n in names if (key, point, n) not in self._steps]
         if todo:
-            for n, traced in trace_optimizers(spec, self.config(point), todo, self.fit_rules).items():
+            graded = self._graded.get((spec.adapter, spec.images))
+            graded = frozenset(graded) if graded else None  # no window yet: every trainable parameter
+            traced_steps = trace_optimizers(spec, self.config(point), todo, self.fit_rules, graded)
+            for n, traced in traced_steps.items():
                 self._steps[(key, point, n)] = traced
         return {n: self._steps[(key, point, n)] for n in names}
 
@@ -537,16 +694,23 @@ class Tracer:
         one rank of FSDP2 at TRACED_WORLD ranks; its optimizer step is the single-process step over a shard."""
         device_spec = replace(spec, dtype=HALF[spec.dtype]) if offload else spec
         points = self.points(sharded)
+        windows = {}  # first: the optimizer's step needs to know which parameters get a gradient
+        for ckpt in sorted({checkpointing_of(s) for s in strategies}, key=str):
+            asked = [s for s in strategies if checkpointing_of(s) == ckpt]
+            micro = 2 if any(s.endswith("accumulation") for s in asked) else 1
+            windows[ckpt] = (
+                asked,
+                {
+                    (d, b): self.window(device_spec, d, b, ckpt, micro, sharded)
+                    for d in points
+                    for b in BATCHES
+                },
+            )
         steps = {d: self.steps(spec, d, optimizers) for d in points}
         if sharded:
             steps = {d: {n: _over_shard(st) for n, st in by.items()} for d, by in steps.items()}
         out = {}
-        for ckpt in sorted({checkpointing_of(s) for s in strategies}, key=str):
-            asked = [s for s in strategies if checkpointing_of(s) == ckpt]
-            micro = 2 if any(s.endswith("accumulation") for s in asked) else 1
-            traces = {
-                (d, b): self.window(device_spec, d, b, ckpt, micro, sharded) for d in points for b in BATCHES
-            }
+        for asked, traces in windows.values():
             lines = {d: _window_lines(traces[(d, BATCHES[0])], traces[(d, BATCHES[1])]) for d in points}
             common = self._common(traces, points, sharded)
             for strategy in asked:
@@ -600,6 +764,12 @@ class Tracer:
             "optimizer_step": [[_step_line(device_steps[d], common["inputs"])] for d in points],
         }
         return payload
+
+
+def _with_parameters(entries: list, held: int) -> list:
+    """A phase's live bytes, op by op, with `held` more bytes of parameters throughout."""
+    i = CATEGORIES.index("parameters")
+    return [(op, (*v[:i], v[i] + held, *v[i + 1 :])) for op, v in entries]
 
 
 def _affine(values: dict, point: tuple[int, ...]):
@@ -669,6 +839,28 @@ def _step_line(step: dict[str, int], inputs: tuple[int, int]) -> dict:
 
 # --- advisor fit's tracer ------------------------------------------------------------------------------------
 
+# Loggers of libraries a trace imports and runs, whose notices are about the libraries, not the user's question:
+# torchao's absent CUDA kernels on a CPU, bitsandbytes' `kernels` trust check when the Hub is offline, torch's
+# notices of torchao's registrations, DeepSpeed's accelerator probe
+NOISY = ("torchao", "bitsandbytes", "kernels", "deepspeed", "DeepSpeed", "torch.utils._pytree")
+
+
+@contextmanager
+def quiet_libraries():
+    """The libraries' notices (NOISY) kept off the user's terminal while a trace runs (errors still show); the
+    loggers' levels restored after, the user's own process left as it was."""
+    loggers = [logging.getLogger(name) for name in NOISY]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
 
 def trace(
     q: Question, configs: list[Config], rules: Rules, say=lambda line: None, workers: int | None = None
@@ -689,68 +881,91 @@ def trace(
         "fp32",
         q.device,
         attention=q.traced_attention,
+        images=q.image_size is not None or not text_first(q.model),
     )
     tracer = Tracer(base, rules.fit)
-    stages = sorted(_grouped(configs).items(), key=lambda stage: -_cost(tracer, stage))
+    tasks = sorted(_tasks(configs), key=lambda task: -_cost(tracer, task))
     run = next(_RUN_IDS)
-    _RUNNING[run] = [(q, rules, base, tracer, stage) for stage in stages]  # what forked workers inherit
-    say(f"tracing {q.model.name}: {len(configs)} configurations in {len(stages)} stages (then cached)")
-    out = {}
+    _RUNNING[run] = [(q, rules, base, tracer, task) for task in tasks]  # what forked workers inherit
+    stages = sum(len(task) for task in tasks)
+    say(f"tracing {q.model.name}: {len(configs)} configurations in {stages} stages (then cached)")
+    out, done = {}, 0
     try:
-        pieces = [(run, i) for i in range(len(stages))]
-        for i, (index, traced, seconds) in enumerate(unordered(_stage, pieces, workers), 1):
-            out |= traced
-            (adapter, dtype, offload, sharding), group = stages[index]
-            where = "" if sharding == "none" else f", {sharding}"
-            off = "" if offload == "none" else f", offload {offload}"
-            n_opt, n_strategies = len({c.optimizer for c in group}), len({c.strategy for c in group})
-            say(
-                f"[{i}/{len(stages)}] {adapter} {dtype}{where}{off}: {n_opt} optimizers x "
-                f"{n_strategies} strategies, {seconds:.1f} s"
-            )
+        with quiet_libraries():
+            pieces = [(run, i) for i in range(len(tasks))]
+            for _, traced, timings in unordered(_task, pieces, workers):
+                out |= traced
+                for (adapter, dtype, offload, sharding), group, seconds in timings:
+                    done += 1
+                    where = "" if sharding == "none" else f", {sharding}"
+                    off = "" if offload == "none" else f", offload {offload}"
+                    n_opt, n_strategies = len({c.optimizer for c in group}), len({c.strategy for c in group})
+                    say(
+                        f"[{done}/{stages}] {adapter} {dtype}{where}{off}: {n_opt} optimizers x "
+                        f"{n_strategies} strategies, {seconds:.1f} s"
+                    )
     finally:
         del _RUNNING[run]
     return out
 
 
 # Each trace running in this process (several threads may trace at once): its id -> (question, rules, base
-# spec, tracer, (stage key, configurations)) per stage; forked workers inherit it.
+# spec, tracer, task) per task (a task: stages, each a stage key and its configurations); forked workers
+# inherit it.
 _RUNNING: dict[int, list] = {}
 _RUN_IDS = itertools.count()
 
 
-def _stage(piece: tuple[int, int]) -> tuple[int, dict, float]:
-    """One stage of a running trace (`piece`: its run and index): (the index, {configuration: payload},
-    seconds taken); an error that says the model cannot be traced is a FitError, which crosses from a
-    worker as it is."""
+def _task(piece: tuple[int, int]) -> tuple[int, dict, list]:
+    """One task of a running trace (`piece`: its run and index), its stages one after another in one process
+    (they share windows): (the index, {configuration: payload}, (stage key, configurations, seconds) per
+    stage); an error that says the model cannot be traced is a FitError, which crosses from a worker as is."""
     run, index = piece
-    q, rules, base, tracer, ((adapter, dtype, offload, sharding), group) = _RUNNING[run][index]
-    start = time.perf_counter()
-    spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
-    optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
-    strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
-    try:
-        traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
-    except InputError:
-        raise
-    except (ValueError, NotImplementedError, RuntimeError, TypeError, AttributeError, AssertionError) as e:
-        # AssertionError: what a library asserts of its inputs (torch's optimizers of their devices)
-        raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
-    return index, {c: traced[(c.optimizer, c.strategy)] for c in group}, time.perf_counter() - start
+    q, rules, base, tracer, task = _RUNNING[run][index]
+    out, timings = {}, []
+    for (adapter, dtype, offload, sharding), group in task:
+        start = time.perf_counter()
+        spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
+        optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
+        strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
+        try:
+            traced = tracer.payloads(spec, optimizers, strategies, offload != "none", sharding == "fsdp")
+        except InputError:
+            raise
+        except (
+            ValueError,
+            NotImplementedError,
+            RuntimeError,
+            TypeError,
+            AttributeError,
+            AssertionError,
+        ) as e:
+            # AssertionError: what a library asserts of its inputs (torch's optimizers of their devices)
+            raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
+        out |= {c: traced[(c.optimizer, c.strategy)] for c in group}
+        timings.append(((adapter, dtype, offload, sharding), group, time.perf_counter() - start))
+    return index, out, timings
 
 
-def _cost(tracer: Tracer, stage) -> int:
-    """A stage's work, roughly: the blocks its windows trace (a sharded stage's points are deeper)."""
-    (_, _, _, sharding), group = stage
-    kinds = len({checkpointing_of(c.strategy) for c in group})
-    return kinds * sum(sum(point) for point in tracer.points(sharding == "fsdp"))
+def _cost(tracer: Tracer, task) -> int:
+    """A task's work, roughly: the blocks its windows trace (a sharded stage's points are deeper), each
+    window once however many of its stages read it."""
+    windows = {(sharding, checkpointing_of(c.strategy)) for (_, _, _, sharding), group in task for c in group}
+    return sum(sum(sum(point) for point in tracer.points(sharded == "fsdp")) for sharded, _ in windows)
 
 
-def _grouped(configs: list[Config]) -> dict[tuple, list[Config]]:
+def _tasks(configs: list[Config]) -> list[list[tuple[tuple, list[Config]]]]:
+    """The stages (an adapter, precision, offload and sharding each) in tasks of those that trace the same
+    windows: an offloaded stage runs its precision's half on the device, the pure-bf16 stage's windows."""
     groups: dict[tuple, list[Config]] = {}
     for c in configs:
         groups.setdefault((c.adapter, c.dtype, c.offload, c.sharding), []).append(c)
-    return groups
+    tasks: dict[tuple, list] = {}
+    for key, group in groups.items():
+        adapter, dtype, offload, sharding = key
+        device = HALF.get(dtype, dtype) if offload != "none" else dtype
+        tasks.setdefault((adapter, device, sharding), []).append((key, group))
+    return list(tasks.values())
 
 
 def _first_line(e: BaseException) -> str:

@@ -30,10 +30,13 @@ class LiveBytes(TorchDispatchMode):
     is set by the phase it was created in (forward: activations; backward or optimizer: temporaries) and
     changed when it becomes a parameter's gradient or an optimizer's state."""
 
-    def __init__(self, timeline: bool = False):
+    def __init__(self, timeline: bool = False, flops: bool = False):
         super().__init__()
         self.phase = "setup"
         self.now = dict.fromkeys(CATEGORIES, 0)
+        # with flops: the FLOPs of the matrix products, convolutions and attention seen (op_flops), counted in this
+        # mode: one more mode would cost every op a call
+        self.flops = 0 if flops else None
         self.peaks: dict[str, tuple[int, dict[str, int]]] = {}
         # with timeline: phase -> (op, live bytes by category after it, in CATEGORIES order) for every op
         self.timeline: dict[str, list[tuple[str, tuple[int, ...]]]] | None = {} if timeline else None
@@ -100,11 +103,37 @@ class LiveBytes(TorchDispatchMode):
             self.peaks[self.phase] = (total, dict(self.now))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if (
+            func.namespace == "prim"
+        ):  # a metadata query (a fake tensor's device: most ops seen): no bytes move
+            return out
+        if self.flops is not None:
+            self.flops += op_flops(func, args, kwargs, out)
         category = "activations" if self.phase.startswith("forward") else "temporaries"
-        tree_map_only(torch.Tensor, lambda t: self.track(t, category), out)
+        for t in tensors_in(out):
+            self.track(t, category)
         self._note_peak(func.__name__)
         return out
+
+
+def tensors_in(*values) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or outputs: tensors, and tensors in lists and tuples (an aten
+    schema nests no deeper). Written out because pytree's walk is most of a dispatch mode's own cost."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    out.append(x)
+                elif isinstance(x, list | tuple | dict):
+                    out += tree_flatten(x)[0]
+        elif isinstance(v, dict):
+            out += [x for x in tree_flatten(v)[0] if isinstance(x, torch.Tensor)]
+    return [t for t in out if isinstance(t, torch.Tensor)]
 
 
 class _OpCounter(TorchDispatchMode):
@@ -121,16 +150,13 @@ class _OpCounter(TorchDispatchMode):
         return out
 
 
-class OpFlops(_OpCounter):
-    """FLOPs of the matrix products, convolutions and attention a step runs, by torch's own formulas
-    (`torch.utils.flop_counter.flop_registry`), plus the CPU flash-attention kernels that registry lacks.
-
-    Written here because `FlopCounterMode` also tracks modules, with hooks that keep each module's outputs
-    alive until backward: under checkpointing that changes the very memory being traced."""
-
-    def count(self, func, args, kwargs, out) -> int:
-        formula = _flop_formulas().get(func._overloadpacket)
-        return formula(*args, **kwargs, out_val=out) if formula is not None else 0
+def op_flops(func, args, kwargs, out) -> int:
+    """FLOPs of one op: the matrix products, convolutions and attention a step runs, by torch's own formulas
+    (`torch.utils.flop_counter.flop_registry`), plus what that registry lacks (0 for any other op). Written
+    here because `FlopCounterMode` also tracks modules, with hooks that keep each module's outputs alive until
+    backward: under checkpointing that changes the very memory being traced."""
+    formula = _flop_formulas().get(func._overloadpacket)
+    return formula(*args, **kwargs, out_val=out) if formula is not None else 0
 
 
 class OpTraffic(_OpCounter):
@@ -191,6 +217,7 @@ def _flop_formulas() -> dict:
             aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash,
             aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_flash_backward,
             aten.linear: _linear,  # reaches a dispatch mode whole when another mode's kernel calls F.linear
+            aten._grouped_mm: _grouped_mm,  # a mixture's experts (transformers' default)
         }
     if not hasattr(_flop_formulas, "int8") and "bitsandbytes" in sys.modules:  # once bitsandbytes is loaded
         try:
@@ -204,6 +231,13 @@ def _flop_formulas() -> dict:
 def _linear(input, weight, bias=None, out_val=None, **kwargs) -> int:
     """F.linear: 2 x rows x in x out (the bias add is not a product)."""
     return 2 * input.numel() * weight.shape[0]
+
+
+def _grouped_mm(a, b, *args, out_val=None, **kwargs) -> int:
+    """torch's grouped GEMM, forward and backward: each row of `a` (a token routed to an expert, or a column of
+    the weight's gradient) times the inner dimension times `b`'s columns, twice: 2 x a's elements x columns,
+    whatever the groups' sizes (the routing)."""
+    return 2 * a.numel() * b.shape[-1]
 
 
 def _int8_matmul(a, b, *args, out_val=None, **kwargs) -> int:
@@ -270,10 +304,11 @@ class InputValues(TorchDispatchMode):
 
     SMALL = 1 << 22  # elements: a factory's output gets a real value up to this size
 
-    def __init__(self, fake_mode):
+    def __init__(self, fake_mode, experts: bool = False):
         super().__init__()
         self.fake_mode = fake_mode
         self.values = WeakIdKeyDictionary()  # fake tensor -> real tensor
+        self.experts = experts  # a mixture of experts: its routing spread evenly (routed)
 
     def add(self, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         self.values[fake] = real
@@ -281,11 +316,16 @@ class InputValues(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        if func.namespace == "prim":  # a fake tensor's device and the like: no value to compute
+            return func(*args, **kwargs)
+        tensors = tensors_in(*args, *kwargs.values())
         if not all(t in self.values for t in tensors) or (
             not tensors and not self._small_factory(func, args, kwargs)
         ):
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if self.experts and func is torch.ops.aten.topk.default:
+                self._routed(args[0], out[1])
+            return out
         real_args, real_kwargs = tree_map(
             lambda a: self.values.get(a, a) if isinstance(a, torch.Tensor) else a, (args, kwargs)
         )
@@ -294,6 +334,16 @@ class InputValues(TorchDispatchMode):
         if func._schema.is_mutable:  # in place: keep the fake's own result, its value was updated above
             return func(*args, **kwargs)
         return tree_map_only(torch.Tensor, self._fake_of, real_out)
+
+    def _routed(self, logits: torch.Tensor, indices: torch.Tensor) -> None:
+        """A mixture of experts' routing, for a trace: the top-k of a router's logits (computed from weights that
+        have no value) gets indices spread evenly over the experts, token t to experts (t·k + j) mod E, as values
+        the experts' data-dependent indexing can read. Activations and expert compute summed over experts do
+        not depend on the spread; a real router's imbalance moves only which expert's temporaries are largest."""
+        experts, k = logits.shape[-1], indices.shape[-1]
+        with _disable_current_modes():
+            rows = torch.arange(indices.numel() // k).unsqueeze(1) * k + torch.arange(k)
+            self.add(indices, rows.remainder(experts).reshape(indices.shape))
 
     def _fake_of(self, real: torch.Tensor) -> torch.Tensor:
         with _disable_current_modes():
@@ -309,25 +359,3 @@ class InputValues(TorchDispatchMode):
         except Exception:
             return False
         return isinstance(probe, torch.Tensor) and probe.numel() <= self.SMALL
-
-
-class BalancedRouting(TorchDispatchMode):
-    """A mixture of experts' routing, for a trace: the top-k of a tensor that has no value (a router's logits,
-    computed from weights that have none) gets indices spread evenly over the experts, token t to experts
-    (t·k + j) mod E, as values the experts' data-dependent indexing can read (InputValues). Activations and
-    expert compute summed over experts do not depend on the spread; a real router's imbalance moves only
-    which expert's temporaries are largest."""
-
-    def __init__(self, values: InputValues):
-        super().__init__()
-        self.values = values
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.topk.default and args[0] not in self.values.values:
-            _, indices = out
-            experts, k = args[0].shape[-1], indices.shape[-1]
-            with _disable_current_modes():
-                rows = torch.arange(indices.numel() // k).unsqueeze(1) * k + torch.arange(k)
-                self.values.add(indices, rows.remainder(experts).reshape(indices.shape))
-        return out

@@ -105,9 +105,12 @@ class Family:
         right = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
         return float(loss), int(right)
 
-    def fit_batch(self, config, batch_size: int, seq_len: int, image_size: int | None) -> dict:
+    def fit_batch(
+        self, config, batch_size: int, seq_len: int, image_size: int | None, images: bool = True
+    ) -> dict:
         """One micro-batch as a Hugging Face Trainer step sees it (inputs and labels, the model computes its
-        loss), full length with no padding: what `advisor fit` traces. Torch tensors."""
+        loss), full length with no padding: what `advisor fit` traces (`images`: a model that takes images
+        given one; without, text alone). Torch tensors."""
         raise NotImplementedError
 
     def fit_sizes(self, config) -> dict:

@@ -73,7 +73,7 @@ class Decoder(TextFamily):
     def predictions(self, model, batch):
         return next_tokens(model(**model_inputs(batch)).logits, batch["labels"])
 
-    def fit_batch(self, config, batch_size, seq_len, image_size):
+    def fit_batch(self, config, batch_size, seq_len, image_size, images=True):
         """With the attention mask a data collator passes (all ones: full length, no padding); without it, a
         config with a pad token checks the ids for padding, which no fake tensor can answer."""
         ids = token_ids(config, batch_size, seq_len)

@@ -71,7 +71,7 @@ class Encoder(TextFamily):
         logits = model(**model_inputs(batch)).logits  # (batch, seq, vocab)
         return logits.flatten(0, 1), batch["labels"].flatten()
 
-    def fit_batch(self, config, batch_size, seq_len, image_size):
+    def fit_batch(self, config, batch_size, seq_len, image_size, images=True):
         ids = token_ids(config, batch_size, seq_len)
         labels = ids.clone()
         labels[:, [i for i in range(seq_len) if i % round(1 / MASK_RATE)]] = IGNORE  # ~15 % of positions

@@ -85,7 +85,7 @@ class Vision(Family):
     def fit_sizes(self, config):
         return {"seq_len": None, "image_size": self.shape_of(config).image_size, "max_seq_len": None}
 
-    def fit_batch(self, config, batch_size, seq_len, image_size):
+    def fit_batch(self, config, batch_size, seq_len, image_size, images=True):
         import torch
 
         size = image_size or self.shape_of(config).image_size

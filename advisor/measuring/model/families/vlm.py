@@ -165,10 +165,17 @@ class VisionLanguage(Family):
             "max_seq_len": max_positions(config),
         }
 
-    def fit_batch(self, config, batch_size, seq_len, image_size):
-        """An image's tokens, then seq_len caption tokens; the loss on the caption (as in captioning)."""
+    def fit_batch(self, config, batch_size, seq_len, image_size, images=True):
+        """An image's tokens, then seq_len caption tokens; the loss on the caption (as in captioning). Without
+        `images`, seq_len tokens of text alone (a VLM fine-tuned as the language model it is: Gemma 3)."""
         import torch
 
+        if not images:
+            caption = token_ids(config, batch_size, seq_len)
+            batch = {"input_ids": caption, "labels": caption}
+            if config.model_type == "gemma3":  # its processor's marks: no image token
+                batch["token_type_ids"] = torch.zeros_like(caption)
+            return batch
         self.fit_sizes(config)  # refuses a VLM whose inputs it does not know
         shape = self.shape_of(config)
         if image_size and image_size != shape.image_size:
