@@ -270,23 +270,41 @@ def fit(
     if unknown:
         raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
     rules = load_rules()
-    # the prediction's answer and cache: not on the path of answers from evidence alone
-    from advisor.prediction.answer import fit as fit_answer
+    # the prediction's cache and levers: not on the path of answers from evidence alone
+    from advisor.prediction import ranking
+    from advisor.prediction.answer import usable_gb
     from advisor.prediction.cache import open_cache
 
-    request = _given(request, FitRequest, "advisor.fit")
-    q = question(_model(model, rules), replace(request, **options), rules)
+    request = replace(_given(request, FitRequest, "advisor.fit"), **options)
+    resolved = _model(model, rules)
+    q = question(resolved, request, rules)
     cache = open_cache(db)
     try:
-        tracer = None
-        if cache.missing(q, rules):
-            require_measure_side()
-            from advisor.measuring.tracer.engine import trace  # torch: only when the cache lacks a prediction
+        answer = _answered(q, rules, cache, say)
+        if ranking.needed(q, answer.rows, request, rules):
 
-            tracer = partial(trace, say=say or (lambda line: None))
-        return fit_answer(q, rules, cache, tracer)
+            def ask(lever: FitRequest, name: str):
+                asked = question(resolved, lever, rules, accelerator=q.accelerator)
+                heard = say and (lambda line: say(f"nothing as asked fits; the lever {name}: {line}"))
+                return asked, _answered(asked, rules, cache, heard)
+
+            answer.levers = ranking.pulled(q, answer.rows, request, rules, usable_gb(q, rules), ask)
+        return answer
     finally:
         cache.close()
+
+
+def _answered(q, rules: Rules, cache, say) -> FitAnswer:
+    """advisor fit's answer to one question: from the cache, tracing what it lacks (torch only then)."""
+    from advisor.prediction.answer import fit as fit_answer  # the prediction: not on the evidence's path
+
+    tracer = None
+    if cache.missing(q, rules):
+        require_measure_side()
+        from advisor.measuring.tracer.engine import trace  # torch: only when the cache lacks a prediction
+
+        tracer = partial(trace, say=say or (lambda line: None))
+    return fit_answer(q, rules, cache, tracer)
 
 
 # The report's fit section, unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -32,11 +32,15 @@ class ResolvedModel:
     config_path: Path | None = None
     listed: bool = True  # the family lists its model_type (False: told by the end of its class name)
     preset: str = "paper"  # a reference model's size: tiny, small, paper (its family builds it so)
+    hub: str | None = None  # a shipped variant's own Hub id (an instruct model: models/index.toml `variants`)
+    architecture_of: str | None = None  # the shipped model whose config a variant shares ('Qwen2.5-7B')
 
     @property
     def hub_id(self) -> str:
-        """What `from_pretrained` loads: a published model's Hub id, the Hugging Face id or folder as given,
-        or the published model of a reference model's size (rules/families.toml `hub`)."""
+        """What `from_pretrained` loads: a published model's (or variant's) Hub id, the Hugging Face id or folder
+        as given, or the published model of a reference model's size (rules/families.toml `hub`)."""
+        if self.hub:
+            return self.hub
         if self.twinned:
             return self.family.hub
         shipped = (
@@ -85,6 +89,12 @@ class ResolvedModel:
         return config_params(self.config) if self.config else None
 
     @property
+    def experts(self) -> bool:
+        """A mixture of experts: its config names more than one expert per layer."""
+        text = self.config and (self.config.get("text_config") or self.config)
+        return bool(text) and any(isinstance(text.get(k), int) and text[k] > 1 for k in EXPERT_KEYS)
+
+    @property
     def image_size(self) -> int | None:
         """The image side the config states, for a family that takes images."""
         if not self.config or not self.family.takes_images:
@@ -92,6 +102,7 @@ class ResolvedModel:
         return (self.config.get("vision_config") or self.config).get("image_size")
 
 
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # a config's experts per layer
 GATED = ("silu", "swish", "swiglu", "geglu")  # activations of a gated MLP: three matrices, not two
 GATED_TYPES = ("gemma", "modernbert")  # model types whose MLP is gated whatever their activation's name
 
@@ -116,7 +127,7 @@ def config_params(config: dict) -> int | None:
         text.get("hidden_act") or text.get("hidden_activation") or text.get("activation_function") or ""
     )
     gated = act in GATED or str(text.get("model_type", "")).startswith(GATED_TYPES)
-    experts = get("num_local_experts", "num_experts", "n_routed_experts") or 1
+    experts = get(*EXPERT_KEYS) or 1
     inner = get("moe_intermediate_size") if experts > 1 and get("moe_intermediate_size") else None
     inner = inner or get("intermediate_size", "n_inner") or 4 * h
     mlp = experts * (3 if gated else 2) * h * inner + (h * experts if experts > 1 else 0)
@@ -146,9 +157,13 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
     shipped = shipped_model(name)
     local = _local_config(name)
     if local is None and shipped is not None:
-        name, path = shipped
-    else:
-        path = local or _cached_config(name) or _hub_config(name, rules)
+        base, path = shipped
+        resolved = _resolved_config(base, path, rules)
+        variant = shipped_variant(name)
+        if variant is None:
+            return resolved
+        return replace(resolved, name=variant[0], hub=variant[1], architecture_of=base)
+    path = local or _cached_config(name) or _hub_config(name, rules)
     return _resolved_config(name, path, rules)
 
 
@@ -216,23 +231,35 @@ def _key(name: str) -> str:
 
 @cache
 def shipped_models() -> dict[str, dict]:
-    """The published models advisor ships configs of (models/index.toml): name -> {hub, aliases}."""
+    """The published models advisor ships configs of (models/index.toml): name -> {hub, aliases, variants}."""
     return tomllib.loads((shipped_models_dir() / "index.toml").read_text())["models"]
 
 
 @cache
-def _shipped_keys() -> dict[str, str]:
-    keys = {}
+def _shipped_keys() -> dict[str, tuple[str, str | None]]:
+    """Every spelling's key -> (the shipped model, the variant it names or None)."""
+    keys: dict[str, tuple[str, str | None]] = {}
     for name, entry in shipped_models().items():
         for alias in (name, entry["hub"], entry["hub"].split("/")[1], *entry.get("aliases", ())):
-            keys[_key(alias)] = name
+            keys[_key(alias)] = (name, None)
+        for variant, hub in entry.get("variants", {}).items():
+            for alias in (variant, hub, hub.split("/")[1]):
+                keys[_key(alias)] = (name, variant)
     return keys
 
 
 def shipped_model(name: str) -> tuple[str, Path] | None:
-    """(its name, its config.json) of a shipped published model that `name` names, or None."""
+    """(its name, its config.json) of a shipped published model that `name` names (or a variant of it), or None."""
     found = _shipped_keys().get(_key(name))
-    return (found, shipped_models_dir() / found / "config.json") if found else None
+    return (found[0], shipped_models_dir() / found[0] / "config.json") if found else None
+
+
+def shipped_variant(name: str) -> tuple[str, str] | None:
+    """(its name, its Hub id) of a shipped model's variant that `name` names ('qwen2.5-7b-instruct'), or None."""
+    found = _shipped_keys().get(_key(name))
+    if not found or found[1] is None:
+        return None
+    return found[1], shipped_models()[found[0]]["variants"][found[1]]
 
 
 def _hub_config(repo_id: str, rules: Rules) -> Path:
@@ -259,17 +286,30 @@ def _hub_config(repo_id: str, rules: Rules) -> Path:
         raise ModelNotResolved(
             f"cannot resolve model {repo_id!r}: it is not one of {refs}, not a published model advisor ships "
             "(`advisor fit --list-models`), not a folder with a config.json and not a Hugging Face id "
-            "(owner/name). Pass a folder that holds the model's config.json (the weights are not needed)."
+            f"(owner/name).{_nearest(repo_id, rules)} Pass a folder that holds the model's config.json (the "
+            "weights are not needed)."
         )
     fetch = f"hf download {repo_id} config.json"
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ModelNotResolved(
             f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: fetch its config "
-            f"alone with `{fetch}` (online), or pass a folder that holds its config.json."
+            f"alone with `{fetch}` (online), or pass a folder that holds its config.json.{_nearest(repo_id, rules)}"
         )
     from advisor.hub import fetch_config  # the network, only for an id nothing local has
 
     return fetch_config(repo_id)
+
+
+def _nearest(name: str, rules: Rules) -> str:
+    """' Did you mean: ...?' with the shipped and reference names closest to a misspelled one ('' if none is)."""
+    import difflib  # the error path only
+
+    names = {_key(n): n for n in rules.reference_models()}
+    for entry, record in shipped_models().items():
+        for n in (entry, record["hub"], *record.get("aliases", ()), *record.get("variants", {})):
+            names.setdefault(_key(n), n)
+    close = difflib.get_close_matches(_key(name.split("/")[-1]), list(names), n=4, cutoff=0.75)
+    return f" Did you mean: {', '.join(names[c] for c in close)}?" if close else ""
 
 
 def _local_config(name: str) -> Path | None:

@@ -79,6 +79,10 @@ class FamilyRecord:
         None  # the measurement side's module for the family (advisor.measuring.model.families.<name>)
     )
     hub: str | None = None  # the published model of the reference model's paper size: what fit's code loads
+    # model types of the family that people fine-tune on text first (Gemma 3): advisor fit prices them at
+    # text_seq_len tokens without an image unless --image-size asks for one
+    text_first: tuple[str, ...] = ()
+    text_seq_len: int = 2048
 
     @property
     def takes_text(self) -> bool:
@@ -499,6 +503,8 @@ def _families(raw: dict) -> dict[str, FamilyRecord]:
             fit_seq_len=f.get("fit_seq_len", raw["fit_seq_len"]),
             module=f.get("module"),
             hub=f.get("hub"),
+            text_first=tuple(f.get("text_first", ())),
+            text_seq_len=raw["fit_seq_len"],
         )
         for name, f in raw["families"].items()
     }

@@ -160,6 +160,7 @@ FAMILIES_TOML = table(
                         "grid_strategies": listing(text(), at_least=1, unique=True),
                         "model_types": listing(text(), unique=True),
                         "fit_seq_len": whole(low=1, high=10_000_000, eg=2048),
+                        "text_first": listing(text(), unique=True),
                     }
                 ),
                 at_least=1,
@@ -400,6 +401,19 @@ FIT_TOML = table(
         "paged": req(table(_texts("source"))),
         "attention": req(table(_texts("flash_attention_2"))),
         "moe": req(table(_texts("source"))),
+        "levers": req(
+            table(
+                {
+                    "attention_targets": req(
+                        table(
+                            {"default": req(listing(text(), at_least=1, unique=True))},
+                            entries=listing(text(), at_least=1, unique=True),
+                        )
+                    ),
+                    **_texts("source"),
+                }
+            )
+        ),
         "optimizers": table(
             entries=table(
                 {"temporaries_per_element": req(number(low=0, high=1000, eg=8)), **_texts("source")}

@@ -1,4 +1,4 @@
-"""Writes models/<name>/config.json for the published models advisor ships (python models/generate.py).
+"""Writes models/<name>/config.json for the published models advisor ships (python models/generate.py [NAME ...]).
 
 Each config is the model's published hyperparameters (its Hugging Face repository's config.json, by hand:
 this project's machines cannot reach the Hub) written through transformers' own config class, so every
@@ -32,6 +32,15 @@ SIGLIP_896 = dict(model_type="siglip_vision_model", hidden_size=1152, intermedia
 PHI3 = dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=32064, max_position_embeddings=4096,
             rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=32000, pad_token_id=32000,
             tie_word_embeddings=False)
+LLAMA_ARCH = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu")
+QWEN3 = dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], head_dim=128, vocab_size=151936, rms_norm_eps=1e-6,
+             rope_theta=1000000.0, max_position_embeddings=40960, bos_token_id=151643, eos_token_id=151645,
+             tie_word_embeddings=False, use_sliding_window=False, sliding_window=None)
+QWEN3_MOE = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], head_dim=128, vocab_size=151936,
+                 rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=40960, bos_token_id=151643,
+                 eos_token_id=151645, tie_word_embeddings=False, num_experts=128, num_experts_per_tok=8,
+                 decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, use_sliding_window=False,
+                 sliding_window=None)
 MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], rms_norm_eps=1e-5, bos_token_id=1,
                eos_token_id=2, sliding_window=None)
 
@@ -102,6 +111,18 @@ MODELS = {  # name -> (hub id, config fields)
                        "text_config": {"model_type": "gemma3_text", **GEMMA3_TEXT, **dims(5376, 21504, 62, 32, 16),
                                        "head_dim": 128, "query_pre_attn_scalar": 168},
                        "vision_config": SIGLIP_896}),
+    "SmolLM2-1.7B": ("HuggingFaceTB/SmolLM2-1.7B", {**LLAMA_ARCH, **dims(2048, 8192, 24, 32, 32), "vocab_size": 49152,
+                     "rope_theta": 130000.0, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+                     "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}),
+    "Qwen3-0.6B": ("Qwen/Qwen3-0.6B", {**QWEN3, **dims(1024, 3072, 28, 16, 8), "tie_word_embeddings": True}),
+    "Qwen3-1.7B": ("Qwen/Qwen3-1.7B", {**QWEN3, **dims(2048, 6144, 28, 16, 8), "tie_word_embeddings": True}),
+    "Qwen3-4B": ("Qwen/Qwen3-4B", {**QWEN3, **dims(2560, 9728, 36, 32, 8), "tie_word_embeddings": True}),
+    "Qwen3-8B": ("Qwen/Qwen3-8B", {**QWEN3, **dims(4096, 12288, 36, 32, 8)}),
+    "Qwen3-14B": ("Qwen/Qwen3-14B", {**QWEN3, **dims(5120, 17408, 40, 40, 8)}),
+    "Qwen3-32B": ("Qwen/Qwen3-32B", {**QWEN3, **dims(5120, 25600, 64, 64, 8)}),
+    "Qwen3-30B-A3B": ("Qwen/Qwen3-30B-A3B", {**QWEN3_MOE, **dims(2048, 6144, 48, 32, 4), "moe_intermediate_size": 768}),
+    "Qwen3-235B-A22B": ("Qwen/Qwen3-235B-A22B", {**QWEN3_MOE, **dims(4096, 12288, 94, 64, 4),
+                        "moe_intermediate_size": 1536}),
     "Phi-3-mini-4k-instruct": ("microsoft/Phi-3-mini-4k-instruct", {**PHI3, **dims(3072, 8192, 32, 32, 32)}),
     "Phi-3-medium-4k-instruct": ("microsoft/Phi-3-medium-4k-instruct", {**PHI3, **dims(5120, 17920, 40, 40, 10)}),
 }
@@ -118,10 +139,13 @@ def written(fields: dict) -> dict:
     return out
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
+    """Writes every model's config.json, or those named (a new model's, leaving the others as written)."""
     index = tomllib.loads((HERE / "index.toml").read_text())["models"]
     assert set(index) == set(MODELS), set(index) ^ set(MODELS)
     for name, (hub_id, fields) in MODELS.items():
+        if only and name not in only:
+            continue
         assert index[name]["hub"] == hub_id, name
         folder = HERE / name
         folder.mkdir(exist_ok=True)
@@ -129,4 +153,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

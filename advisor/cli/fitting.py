@@ -25,7 +25,7 @@ from advisor.cli.params import (
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.question import FitRequest
-from advisor.render.fit_views import fit_view, gpus_view, models_view
+from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 
 
@@ -50,7 +50,10 @@ from advisor.rules import load_rules
     help="The whole answer: the configurations, where their memory goes, the code, the assumptions.",
 )
 @click.option(
-    "--code", "code_only", is_flag=True, help="Print the pick's code alone (Trainer, peft, launch)."
+    "--code",
+    "code_only",
+    is_flag=True,
+    help="Print the pick's code alone (Trainer, peft, launch); exit 1 with a sentence when nothing fits.",
 )
 @click.option(
     "--list-gpus",
@@ -113,7 +116,9 @@ def fit_command(
     if as_json:
         echo_json(answer.as_dict())
     elif code_only:
-        shown = answer.pick or answer.several or min(answer.rows, key=lambda r: r.total)
-        click.echo(shown.trainer_code)
+        shown = runnable(answer)
+        if shown is None:
+            raise click.ClickException(f"no code to print: {NOTHING_FITS}")
+        click.echo(code_of(answer, shown))
     else:
         console().print(fit_view(answer, show_all, verbose), crop=False)  # code lines copy whole

@@ -23,6 +23,7 @@ from advisor.prediction import accelerators, ranking, speed
 from advisor.prediction.cache import PredictionCache, Traced, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
+from advisor.prediction.ranking import Lever, picked
 from advisor.prediction.recipe import Recipe, batches, learning_rate, rates_tuned
 from advisor.prediction.row import Row
 from advisor.prediction.sharding import (
@@ -69,6 +70,7 @@ class FitAnswer:
     ladder: list[ranking.Rung] = field(default_factory=list)  # when nothing as asked fits: what would
     mfu_modelled: bool = True  # the generation's efficiency with the speed model's parts (speed.py)
     speed_band: float | None = None  # the speed model's held-out error here (None: not measured)
+    levers: list[Lever] = field(default_factory=list)  # when no AdamW-class one fits: what would
 
     @property
     def fitting(self) -> list[Row]:
@@ -76,8 +78,17 @@ class FitAnswer:
 
     @property
     def pick(self) -> Row | None:
-        """The answer: the first configuration that fits."""
-        return self.rows[0] if self.rows and self.rows[0].fits else None
+        """The answer: the first configuration that fits, AdamW-class; where none of those fits as asked, the
+        first lever that makes one fit on the asked hardware (`pick_lever`), else what fits (SGD, Adafactor)."""
+        first = self.rows[0] if self.rows and self.rows[0].fits else None
+        lever = self.pick_lever
+        return lever.row if lever is not None else first
+
+    @property
+    def pick_lever(self) -> Lever | None:
+        """The lever the pick pulls (None: the pick is a configuration as asked)."""
+        first = self.rows[0] if self.rows and self.rows[0].fits else None
+        return None if first is not None and first.adamw else picked(self.levers)
 
     @property
     def best(self) -> Row | None:
@@ -108,6 +119,8 @@ class FitAnswer:
                 "model_type": q.model.model_type,
                 "family": q.model.family.name if q.model.listed else "unknown family",
                 "parameters": self.n_params,
+                "hub_id": q.model.hub_id,
+                "architecture_of": q.model.architecture_of,  # a variant: the shipped model it shares a config with
             },
             "accelerator": {
                 "name": q.accelerator.name if q.accelerator else "custom budget",
@@ -126,11 +139,13 @@ class FitAnswer:
             "traced_attention": self.attention,
             "lora": q.lora.key(),
             "pick": self.pick.label if self.pick else None,
+            "pick_lever": self.pick_lever.as_dict() if self.pick_lever else None,
             "configurations": [
                 {**r.as_dict(q), "time_tie_with_above": tie}
                 for r, tie in zip(self.rows, self.time_ties(self.rows), strict=True)
             ],
             "ladder": [r.as_dict() for r in self.ladder],
+            "levers": [x.as_dict() for x in self.levers],
             "several_gpus": self.several.as_dict(q) if self.several else None,
             "left_out": list(q.left_out),
             "mfu": {

@@ -15,7 +15,9 @@ from advisor.prediction import accelerators
 from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS, Adapter, Config
 from advisor.rules import Accelerator, Rules
 
-SHARDED_STRATEGIES = ("standard", "checkpointing")  # FSDP's default strategies (Menu.strategies)
+# FSDP's default strategies (Menu.strategies): Trainer's own checkpointing (fsdp_config's, on or off), with and
+# without accumulation (each micro-batch's gradients reduce-scattered: accelerate's sync_each_batch)
+SHARDED_STRATEGIES = ("standard", "checkpointing", "accumulation", "checkpointing+accumulation")
 MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
 OFFLOAD_DTYPES = ("bf16-mixed",)  # what an offloaded optimizer is predicted for: a bf16 device copy
 
@@ -359,13 +361,11 @@ class Menu:
 
     def strategies(self, sharding: str = "none") -> tuple[str, ...]:
         """As asked, else every one; FSDP's default is Trainer's own (fsdp_config's activation checkpointing, full
-        or none): its traces are the menu's dearest, and accumulation holds what one micro-batch does."""
+        or none, with or without accumulation): its traces are the menu's dearest."""
         if self.o.strategies:
             return tuple(self.o.strategies)
         if sharding in ("fsdp", "hsdp"):
-            self.left_out.append(
-                f"{sharding}: selective checkpointing and accumulation on request (--strategy)"
-            )
+            self.left_out.append(f"{sharding}: selective checkpointing on request (--strategy)")
             return tuple(s for s in self.rules.strategies if s in SHARDED_STRATEGIES)
         return self.rules.fit_strategies
 
@@ -538,9 +538,17 @@ def _shape(model: ResolvedModel, options: FitRequest) -> tuple[int | None, int |
             "--seq-len",
         )
     seq_len = options.seq_len
+    default = family.text_seq_len if text_first(model) else family.fit_seq_len
     if family.takes_text and seq_len is None:
-        seq_len = min(family.fit_seq_len, longest or family.fit_seq_len)
+        seq_len = min(default, longest or default)
+    if text_first(model) and options.image_size is None:
+        return seq_len, None  # text alone: --image-size adds an image
     return seq_len, options.image_size or model.image_size
+
+
+def text_first(model: ResolvedModel) -> bool:
+    """A vision-language model people fine-tune on text first (rules/families.toml `text_first`: Gemma 3)."""
+    return model.family.takes_images and model.model_type in model.family.text_first
 
 
 def _check_names(options: FitRequest, rules: Rules) -> None:

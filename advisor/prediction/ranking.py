@@ -1,19 +1,35 @@
-"""How `advisor fit` orders the menu, as a practitioner picks: among configurations that fit, an AdamW-class
-optimizer, giving up as little as possible (the ladder's order: pure bf16, then 8-bit states, then
-checkpointing, then LoRA, then 4-bit states, then QLoRA, then offload), at the highest precision, reaching the
-effective batch, fastest by tokens/s; then the rest. When nothing as asked fits, the ladder quantifies each
-rung and the first that fits is the answer.
+"""How `advisor fit` orders the menu, as a practitioner picks, and what it says when nothing fits.
 
-Full fine-tuning with 4-bit optimizer states ranks after LoRA: a 4-bit state (Li et al. 2023) has far less
-published fine-tuning behind it than LoRA, and its step costs more (rules/fit.toml [optimizers]), so a
-practitioner reaches for LoRA first; it still ranks before QLoRA, which quantizes the weights themselves."""
+The order: among configurations that fit, an AdamW-class optimizer that reaches the effective batch, giving
+up as little as possible (the ladder's order: pure bf16, then 8-bit states, then checkpointing, then LoRA,
+then 4-bit states, then QLoRA, then offload), at the highest precision, fastest by tokens/s; then the rest. A
+configuration short of the effective batch (a step of one sample where sixteen are asked) ranks after every
+one that reaches it: its updates are not the recipe's. Full fine-tuning with 4-bit optimizer states ranks
+after LoRA: a 4-bit state (Li et al. 2023) has far less published fine-tuning behind it than LoRA, and its
+step costs more (rules/fit.toml [optimizers]), so a practitioner reaches for LoRA first; it still ranks
+before QLoRA, which quantizes the weights themselves.
+
+The ladder: when nothing as asked fits, each rung of the menu quantified, the first that fits the answer.
+
+The levers: when no AdamW-class configuration of the question fits (nothing does, or only SGD, Adafactor and
+the like, which fine-tuning rarely tolerates), the levers beyond the asked menu, each asked as a question of
+its own (traced like any other, then cached) and pulled alone, with its figure. The first that fits on the
+user's own hardware is the answer's pick, said as a lever; more hardware (a second GPU) is shown, never
+picked. In the order a fine-tuner reaches for them: 8-bit optimizer states (near-lossless, the same
+adapters), LoRA instead of full fine-tuning, LoRA on the attention projections alone (far fewer trained
+weights: all-linear adapts a mixture's every expert), QLoRA (a 4-bit base), shorter sequences (the data cut
+to them), a second GPU."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from advisor.errors import Error
 from advisor.prediction.accelerators import gib
+from advisor.prediction.question import FitRequest, Question, installed
 from advisor.prediction.row import Row
+from advisor.rules import Rules
 
 RUNGS = ("as asked", "pure bf16", "8-bit states", "checkpointing", "LoRA", "4-bit states", "QLoRA", "offload")
 # Each rung is the best configuration that pulls its lever, with whichever levers above it that one needs: not
@@ -45,20 +61,19 @@ def rung(row: Row) -> int:
 
 
 def key(row: Row, effective: int = 1) -> tuple:
-    """The practitioner's order: what fits, AdamW-class, the least given up, the highest precision and state
-    bits, reaching the effective batch (`effective` samples per step) with the fewest micro-batches a step,
-    then the fastest (the least memory where no speed is known)."""
+    """The practitioner's order: what fits, AdamW-class, reaching the effective batch (`effective` samples
+    per step: short of it, a noisier update than the recipe asks), the least given up, the highest precision
+    and state bits, then the fastest at that batch (the least memory where no speed is known)."""
     speed = -(row.tokens_per_s or row.throughput or 0.0)
     if not row.fits:
         return (1, not row.adamw, rung(row), row.total)
     return (
         0,
         not row.adamw,
+        row.effective_batch < effective,
         rung(row),
         PRECISION[row.dtype],
         -row.bits,
-        row.effective_batch < effective,  # short of it: a noisier update than the recipe asks
-        row.accumulation_steps,
         row.optimizer.startswith("paged_"),  # a paged twin only where its unpaged one does not fit
         speed,
         row.total,
@@ -172,3 +187,145 @@ def shown(rows: list[Row], steps: list[Rung]) -> list[Row]:
             out.setdefault(id(r), r)
     order = {id(r): i for i, r in enumerate(rows)}  # the several-GPUs rung's row is not a row: last
     return sorted(out.values(), key=lambda r: order.get(id(r), len(rows)))
+
+
+# --- the levers beyond the asked menu ------------------------------------------------------------------------
+
+# What a lever's question traces: the strategies of the menu but selective checkpointing (on request), with
+# AdamW, so that each lever costs one stage of a trace
+LEVER_STRATEGIES = ("standard", "checkpointing", "accumulation", "checkpointing+accumulation")
+EIGHT_BIT = ("adamw_bnb_8bit", "adamw_torch_8bit")  # the first installed is the 8-bit lever's optimizer
+SHORTEST = 128  # tokens: the shortest sequence the shorter-sequences lever proposes
+HALVINGS = 3  # it tries the asked length / 2, / 4, / 8, and stops at the first that fits
+LEVERS_NOTE = "Nothing as asked fits with an AdamW-class optimizer. The levers, each pulled alone:"
+STATIC = ("parameters", "gradients", "optimizer_state")  # what no sequence length changes
+
+
+@dataclass
+class Lever:
+    """One lever: what it changes (as the flags that ask it) and the configuration it gives (its pick, else
+    its smallest; None where it could not be asked, `why_not` saying why)."""
+
+    name: str
+    flags: str
+    row: Row | None = None
+    question: Question | None = None  # the lever's own question (the row's code and JSON read it)
+    why_not: str | None = None
+    own_hardware: bool = True  # False: more hardware than asked (shown, never the pick)
+
+    @property
+    def fits(self) -> bool:
+        return self.row is not None and self.row.fits
+
+    @property
+    def sentence(self) -> str:
+        if self.row is None:
+            return f"{self.name} ({self.flags}): {self.why_not}"
+        r = self.row
+        per = " per rank" if r.world > 1 else ""
+        speed = f", {r.tokens_per_s:,.0f} tokens/s" if r.tokens_per_s else ""
+        verdict = "fits" if r.fits else "does not fit"
+        return f"{self.name} ({self.flags}): {r.label}, {gib(r.total):.1f} GiB{per}{speed}: {verdict}"
+
+    def as_dict(self) -> dict:
+        return {
+            "lever": self.name,
+            "flags": self.flags,
+            "fits": self.fits,
+            "own_hardware": self.own_hardware,
+            "configuration": self.row.as_dict(self.question) if self.row and self.question else None,
+            "note": self.why_not,
+        }
+
+
+def needed(q: Question, rows: list[Row], request: FitRequest, rules: Rules) -> bool:
+    """Whether to pull the levers: no AdamW-class configuration fits, and the question asked for one."""
+    info = rules.optimizer_info
+    asks_adamw = not request.optimizers or any(info[o].adamw for o in request.optimizers if o in info)
+    return asks_adamw and not any(r.fits and r.adamw for r in rows)
+
+
+def candidates(
+    q: Question, rows: list[Row], request: FitRequest, rules: Rules, usable_gb: float
+) -> list[tuple[str, str, FitRequest, bool]]:
+    """(name, flags, the lever's request, on the user's own hardware) of every lever that applies to what was
+    asked (`rows`: its answer; `usable_gb`: what a configuration may take): none that the asked menu pulls
+    already, and no shorter sequence where the weights, gradients and state alone outgrow the memory."""
+    base = replace(
+        request,
+        optimizers=("adamw",),
+        strategies=request.strategies or LEVER_STRATEGIES,
+        offload=("none",),
+        batch_size=None,
+        accumulation_steps=None,
+    )
+    adapters = set(q.configs[i].adapter for i in range(len(q.configs)))
+    cuda = q.device == "cuda"
+    out = []
+    asked_bits = {rules.optimizer_info[o].bits for o in request.optimizers if o in rules.optimizer_info}
+    eight = next((o for o in EIGHT_BIT if installed(rules, o)), None)
+    if request.optimizers and 8 not in asked_bits and eight and cuda:
+        out.append(("8-bit states", f"--optimizer {eight}", replace(base, optimizers=(eight,)), True))
+    if adapters == {"full"}:
+        out.append(("LoRA", "--adapter lora", replace(base, adapters=("lora",)), True))
+    adapted = [a for a in ("lora", "qlora") if a in adapters]
+    targets = attention_targets(q, rules)
+    if adapted and not request.lora_targets and targets:
+        flags = f"--lora-targets {','.join(targets)}"
+        out.append(
+            ("attention-only LoRA", flags, replace(base, adapters=(adapted[0],), lora_targets=targets), True)
+        )
+    if "qlora" not in adapters and cuda:
+        lever = replace(base, adapters=("qlora",), dtype=tuple(d for d in q.dtypes if d != "fp32"))
+        out.append(("QLoRA", "--adapter qlora", lever, True))
+    static = min((sum(r.memory_gb[c] for c in STATIC) for r in rows if r.adamw), default=0.0)
+    if q.seq_len and static < usable_gb:  # else no length makes room: activations are never negative
+        for k in range(1, HALVINGS + 1):
+            shorter = q.seq_len >> k
+            if shorter >= SHORTEST:
+                lever = replace(base, seq_len=shorter)
+                out.append(("shorter sequences", f"--seq-len {shorter}", lever, True))
+    if q.world == 1 and cuda and q.accelerator is not None:
+        shardings = ("ddp",) if adapters == {"qlora"} else ("ddp", "zero2", "zero3")
+        lever = replace(base, gpus=2, shardings=shardings)
+        out.append(("a second GPU", f"--gpus 2 --sharding {'/'.join(shardings)}", lever, False))
+    return out
+
+
+def attention_targets(q: Question, rules: Rules) -> tuple[str, ...]:
+    """The attention projections of the model's blocks, as peft names them (rules/fit.toml [levers])."""
+    table = rules.fit["levers"]["attention_targets"]
+    return tuple(table.get(q.model.model_type or "", table["default"]))
+
+
+def pulled(
+    q: Question,
+    rows: list[Row],
+    request: FitRequest,
+    rules: Rules,
+    usable_gb: float,
+    ask: Callable[[FitRequest, str], tuple[Question, object]],
+) -> list[Lever]:
+    """Each lever that applies, asked (`ask(request, name)`: its question and answer), with its figure; the
+    shorter sequences only down to the first length that fits."""
+    out: list[Lever] = []
+    for name, flags, lever, own in candidates(q, rows, request, rules, usable_gb):
+        if name == "shorter sequences" and any(x.name == name and x.fits for x in out):
+            continue
+        try:
+            asked, answer = ask(lever, name)
+        except Error as e:
+            out.append(Lever(name, flags, why_not=str(e), own_hardware=own))
+            continue
+        row = answer.pick or min(answer.rows, key=lambda r: r.total)
+        out.append(Lever(name, flags, row, asked, own_hardware=own))
+    shorter = [x for x in out if x.name == "shorter sequences"]
+    if shorter:  # only the longest that fits, or the shortest tried
+        keep = next((x for x in shorter if x.fits), shorter[-1])
+        out = [x for x in out if x.name != "shorter sequences" or x is keep]
+    return out
+
+
+def picked(levers: list[Lever]) -> Lever | None:
+    """The first lever that fits on the user's own hardware."""
+    return next((x for x in levers if x.fits and x.own_hardware), None)

@@ -28,7 +28,8 @@ def batches(q: Question, strategy: str, max_batch: int) -> tuple[int, int]:
     window = q.accumulation_steps if accumulates(strategy) else 1
     micro = q.batch_size
     if micro is None:
-        cap = max(1, share // window) if window else share
+        least = window or 2  # an accumulating strategy takes at least two micro-batches to its share
+        cap = max(1, share // least)
         micro = 1 << (min(max(max_batch, 1), cap).bit_length() - 1)  # the largest power of two at most both
     if accumulates(strategy) and window is None:
         window = max(2, math.ceil(share / micro))

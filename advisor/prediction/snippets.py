@@ -1,7 +1,8 @@
 """Runnable code for a configuration of the menu, as the installed transformers and peft take it: the model
 loaded at its precision (quantized for QLoRA), LoRA through peft, Hugging Face `TrainingArguments` with the
 Trainer's `optim` name (or the optimizer passed as an object where Trainer has none), and DeepSpeed's
-ZeRO-Offload where the optimizer is offloaded. `train_dataset` is the user's."""
+ZeRO-Offload where the optimizer is offloaded. A text model's data is defined too: a JSON-lines file or Hub
+dataset, tokenized and cut to the length priced."""
 
 from __future__ import annotations
 
@@ -39,7 +40,10 @@ def training_code(
     recipe (micro-batch, accumulation, learning rate); for several accelerators, its launch as a header."""
     args = training_arguments(q, c, rules, recipe)
     auto = AUTO_CLASS.get(q.model.family.name, "AutoModel")
+    text = q.model.family.name in TEXT_COLLATOR and q.seq_len is not None  # its data defined here
     lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
+    if text:
+        lines.append("from datasets import load_dataset")
     if adapter.kind != "full":
         lines.append("from peft import LoraConfig, get_peft_model")
     if c.strategy == "selective-checkpointing":
@@ -49,11 +53,15 @@ def training_code(
     imports = [auto, "Trainer", "TrainingArguments"] + (
         ["BitsAndBytesConfig"] if adapter.kind == "qlora" else []
     )
+    if text:
+        imports += ["AutoTokenizer", "DataCollatorForLanguageModeling"]
     lines.append(f"from transformers import {', '.join(sorted(imports))}")
     info = rules.optimizer_info[c.optimizer]
     if info.imports:
         lines.append(info.imports)
     lines.append("")
+    if text:
+        lines += _text_data(q)
     if c.sharding == "zero3":  # made first: from_pretrained then loads each rank's partition (zero.Init)
         lines += _arguments(args)
     lines += _load(q, c, adapter, auto)
@@ -70,17 +78,46 @@ def training_code(
         lines.insert(1, "from accelerate.parallelism_config import ParallelismConfig")
     if c.sharding != "zero3":
         lines += _arguments(args)
+    data = "train_dataset=train_dataset" + (", data_collator=collator" if text else "")
     if info.trainer is None:
         code = info.code.replace("ADAMW_LR", repr(recipe.rate.adamw_lr)).replace("LR", repr(recipe.rate.lr))
         lines += [
             *(line for name, body in DEFINITIONS.items() if code.startswith(name) for line in body),
             f"optimizer = {code}",
-            "trainer = Trainer(model=model, args=args, train_dataset=train_dataset, optimizers=(optimizer, None))",
+            f"trainer = Trainer(model=model, args=args, {data}, optimizers=(optimizer, None))",
         ]
     else:
-        lines.append("trainer = Trainer(model=model, args=args, train_dataset=train_dataset)")
+        lines.append(f"trainer = Trainer(model=model, args=args, {data})")
     lines.append("trainer.train()")
     return args, "\n".join(lines)
+
+
+# The families whose data the code defines: text, tokenized and cut to the priced length, and the collator
+# their loss takes (a causal LM's next tokens; an encoder's masked tokens)
+TEXT_COLLATOR = {
+    "decoder": "DataCollatorForLanguageModeling(tokenizer, mlm=False)",
+    "encoder": "DataCollatorForLanguageModeling(tokenizer)",
+}
+
+
+def _text_data(q: Question) -> list[str]:
+    """The user's text, from a JSON-lines file or a Hub dataset with a "text" column, tokenized and cut to the
+    length the answer priced (every sample at most that long: the memory priced holds), and its collator."""
+    return [
+        f"MAX_LENGTH = {q.seq_len}  # tokens a sample, as advisor priced it: longer texts are cut to it",
+        'DATA = "train.jsonl"  # your data: a JSON-lines file with a "text" column, or a Hub dataset id',
+        "",
+        f"tokenizer = AutoTokenizer.from_pretrained({q.model.hub_id!r})",
+        "tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token",
+        'data = load_dataset("json", data_files=DATA) if DATA.endswith((".json", ".jsonl")) else load_dataset(DATA)',
+        'train_dataset = data["train"].map(',
+        '    lambda batch: tokenizer(batch["text"], truncation=True, max_length=MAX_LENGTH),',
+        "    batched=True,",
+        '    remove_columns=data["train"].column_names,',
+        ")",
+        f"collator = {TEXT_COLLATOR[q.model.family.name]}",
+        "",
+    ]
 
 
 # On a CPU, libraries announce their absent CUDA kernels as they import (torchao's "Failed to load _C_mxfp8",
@@ -157,9 +194,11 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
     step = f"micro-batch {recipe.batch_size} x {recipe.accumulation_steps} accumulated" + (
         f" x {q.world} GPUs" if q.world > 1 else ""
     )
+    shares = f" ({_one_line(q.model.architecture_of)}'s architecture)" if q.model.architecture_of else ""
+    length = f" of {q.seq_len:,} tokens" if q.seq_len else ""
     out = [
-        f"# train.py: {_one_line(q.model.name)}, {recipe.batch_size * recipe.accumulation_steps * q.world} "
-        f"samples per optimizer step ({step}).",
+        f"# train.py: {_one_line(q.model.name)}{shares}, {recipe.batch_size * recipe.accumulation_steps * q.world} "
+        f"samples{length} per optimizer step ({step}).",
         f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: {_one_line(rate.short)}"
         + ("." if rate.tuned else ", not tuned for this model."),
     ]
@@ -195,6 +234,11 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
         f"    dtype={TORCH_DTYPE[weights]},",
         f"    attn_implementation={q.attention!r},",
     ]
+    bf16_experts = weights == "bf16" or (c.sharding in ("fsdp", "hsdp") and c.dtype == "bf16-mixed")
+    if (
+        q.model.experts and not bf16_experts
+    ):  # as traced: grouped GEMM takes bf16 alone (rules/fit.toml [moe])
+        out.append("    experts_implementation='eager',")
     if adapter.kind == "qlora":
         compute = TORCH_DTYPE[half or "bf16"]
         quant = (
@@ -312,6 +356,10 @@ def sharded_arguments(q: Question, c: Config) -> dict:
         if c.offload == "optimizer+params":
             fsdp["cpu_offload"] = True
         out = {"fsdp": True, "fsdp_config": fsdp}
+        if c.strategy.endswith("accumulation"):
+            # each micro-batch's gradients reduce-scattered into the shard, as traced: without it accelerate
+            # defers the reduction to the last micro-batch and every rank holds the whole model's gradients
+            out["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
         if c.sharding == "hsdp":  # shard within a node, replicate across nodes
             out["parallelism_config"] = {"dp_replicate_size": q.nodes, "dp_shard_size": q.gpus}
         return out

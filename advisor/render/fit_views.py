@@ -12,9 +12,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.model_ref import shipped_models
+from advisor.model_ref import shipped_model, shipped_models
 from advisor.prediction.accelerators import gib
-from advisor.prediction.ranking import LADDER_NOTE
+from advisor.prediction.question import text_first
+from advisor.prediction.ranking import LADDER_NOTE, LEVERS_NOTE
 from advisor.prediction.speed import CALIBRATED
 from advisor.render.numbers import fmt
 from advisor.rules import Rules
@@ -29,6 +30,8 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
     parts = [_fit_head(answer, verbose or everything)]
     if answer.ladder:
         parts.append(_ladder(answer))
+    if answer.levers:
+        parts.append(_levers(answer))
     if not (verbose or everything):
         return RGroup(*parts, Text(MORE, style="dim"))
     rows = answer.shown(everything)
@@ -43,17 +46,14 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
         }.items():
             text.append(f"• {name}: {trade}\n")
         parts.append(text)
-    shown = answer.pick or answer.several or min(answer.rows, key=lambda r: r.total)
-    label = (
-        "Run it"
-        if answer.pick
-        else f"Run it on {answer.several.world} GPUs"
-        if answer.several
-        else "The smallest configuration"
-    )
-    parts.append(Text(f"{label} ({shown.label}):", style="bold"))
-    parts.append(Text(shown.trainer_code + "\n", no_wrap=True, overflow="ignore"))  # code copies as is
-    if shown.launch:
+    shown = runnable(answer)
+    if shown is None:
+        parts.append(Text(f"No code: {NOTHING_FITS}\n", style="bold"))
+    else:
+        label = "Run it" if answer.pick else f"Run it on {shown.world} GPUs"
+        parts.append(Text(f"{label} ({shown.label}):", style="bold"))
+        parts.append(Text(code_of(answer, shown) + "\n", no_wrap=True, overflow="ignore"))  # copies as is
+    if shown is not None and shown.launch:
         parts.append(
             Text(
                 "Launch it (or with accelerate.yaml below: " + shown.launch["accelerate_command"] + "):",
@@ -71,6 +71,29 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
     notes.append("(each with its source: --json, or rules/fit.toml)\n", style="dim")
     parts.append(notes)
     return RGroup(*parts)
+
+
+NOTHING_FITS = (
+    "nothing fits, not even with the levers above: pass a larger --gpu (or --memory), --gpus N, or a shorter "
+    "--seq-len."
+)
+
+
+def runnable(answer):
+    """The configuration whose code the answer prints: the pick, else the fewest GPUs that hold the question;
+    None when nothing fits (no recipe that does not fit is printed)."""
+    return answer.pick or answer.several
+
+
+def code_of(answer, row) -> str:
+    """A row's code, said as a lever's recipe where the pick pulls one beyond what was asked."""
+    lever = answer.pick_lever
+    if lever is None or row is not answer.pick:
+        return row.trainer_code
+    return (
+        f"# Nothing as asked fits with AdamW: this recipe pulls one lever, {lever.name} ({lever.flags}).\n"
+        + row.trainer_code
+    )
 
 
 def first_sentence(text: str) -> str:
@@ -91,8 +114,10 @@ def _fit_head(answer, verbose: bool) -> Panel:
     head = Text()
     family = q.model.family.name if q.model.listed else "unknown family"
     head.append(f"{q.model.name}", style="bold")
+    shares = f"; {q.model.architecture_of}'s architecture" if q.model.architecture_of else ""
     head.append(
-        f" ({q.model.model_type or 'reference model'}, {family}) · {answer.n_params / 1e9:.3g} B parameters\n"
+        f" ({q.model.model_type or 'reference model'}, {family}{shares}) · {answer.n_params / 1e9:.3g} B "
+        "parameters\n"
     )
     where = q.accelerator.name if q.accelerator else "a custom budget"
     if q.world > 1:
@@ -101,9 +126,18 @@ def _fit_head(answer, verbose: bool) -> Panel:
     pick, n = answer.pick, len(answer.rows)
     head.append(f"{where}: {gib(q.budget_gb):.4g} GiB")
     head.append(f" · {q.seq_len} tokens a sample" if q.seq_len else "")
+    if text_first(q.model) and q.image_size is None:
+        head.append(f" (text alone: --image-size {q.model.image_size} adds an image)")
     head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
     head.append(f" · attention {answer.attention}\n" if verbose else "\n")
     if pick:
+        lever = answer.pick_lever
+        if lever is not None:
+            head.append(
+                f"None of {n} configurations fits with AdamW as asked; one lever does: {lever.name} "
+                f"({lever.flags})\n",
+                style="bold yellow",
+            )
         band = f" ±{answer.speed_band:.0%}" if answer.speed_band else ""
         speed = (
             f", {pick.tokens_per_s:,.0f} tokens/s{band}"
@@ -122,6 +156,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
         )
         trade = qlora_trade(answer)
         head.append(f"\n{trade}" if trade else "")
+        short = short_of_batch(answer)
+        head.append(f"\n{short}" if short else "", style="yellow")
         head.append(f"\n{len(answer.fitting)} of {n} configurations fit")
     elif answer.several:
         r = answer.several
@@ -180,6 +216,27 @@ def qlora_trade(answer) -> str | None:
         if answer.speed_band and 0.005 <= abs(change) < answer.speed_band:
             speed += f" (within the speed model's ±{answer.speed_band:.0%}: undecided)"
     return f"QLoRA at this batch: {gib(twin.total):.1f} GiB{speed}"
+
+
+def short_of_batch(answer) -> str | None:
+    """Why the pick steps on fewer samples than the recipe asks, where it does."""
+    pick, wanted = answer.pick, answer.question.effective_batch
+    if pick is None or pick.effective_batch >= wanted:
+        return None
+    return (
+        f"{pick.effective_batch} samples a step, short of {wanted}: no configuration asked that fits reaches it "
+        "(accumulation holds the gradients between micro-batches; --strategy narrows what is asked)."
+    )
+
+
+def _levers(answer) -> Text:
+    """Each lever beyond the asked menu, a line each: ✓ or ✗, the flags that ask it, its figure."""
+    text = Text(f"{LEVERS_NOTE}\n", style="bold yellow")
+    for lever in answer.levers:
+        more = " (more hardware: never the pick)" if not lever.own_hardware and lever.fits else ""
+        mark = "✓" if lever.fits else "✗"
+        text.append(f"{mark} {lever.sentence}{more}\n", style="green" if lever.fits else None)
+    return text
 
 
 def _ladder(answer) -> Text:
@@ -276,14 +333,20 @@ def _memory_table(rows) -> Table:
 
 
 def models_view() -> Table:
-    """`--list-models`: the published models advisor ships configs of, with their Hub ids and aliases."""
+    """`--list-models`: the published models advisor ships configs of, with their architecture (model_type),
+    Hub ids, aliases and variants (an instruct model with its own Hub id), every name whole."""
     table = Table(
         title="Published models (models/index.toml): --model takes any name of a row", show_edge=False
     )
-    for col in ("--model", "Hugging Face id", "also"):
-        table.add_column(col, no_wrap=col != "also")
+    table.add_column("--model", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("Hugging Face id", no_wrap=True)
+    table.add_column("also (aliases; variants with their own Hub id)", overflow="fold")
     for name, entry in shipped_models().items():
-        table.add_row(name, entry["hub"], ", ".join(entry.get("aliases", ())))
+        config = shipped_model(name)[1]
+        model_type = json.loads(config.read_text()).get("model_type", "")
+        also = [*entry.get("aliases", ()), *entry.get("variants", {})]
+        table.add_row(name, model_type, entry["hub"], ", ".join(also))
     return table
 
 

@@ -54,6 +54,8 @@ def test_fit_answers_about_the_model_and_accelerator(invoke, user_dir):
         "model_type": "qwen2",
         "family": "decoder",
         "parameters": 494_032_768,
+        "hub_id": str(QWEN),  # what its code loads: the folder as given
+        "architecture_of": None,
     }
     assert out["accelerator"]["name"] == "NVIDIA T4" and out["accelerator"]["memory_gb"] == pytest.approx(
         17.18, abs=0.01
@@ -136,7 +138,12 @@ def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
         "none",
     )
     out = fit_json(invoke, *args, "--optimizer", "adamw", "--optimizer", "adamw_bnb_8bit")
-    assert not any(r["fits"] for r in out["configurations"]) and out["pick"] is None
+    assert not any(r["fits"] for r in out["configurations"])
+    # beyond the asked menu, the levers: LoRA makes it fit on the one GPU, and it is the pick, said so
+    levers = {x["lever"]: x for x in out["levers"]}
+    assert out["pick_lever"]["lever"] == "LoRA" and levers["LoRA"]["fits"]
+    assert out["pick"].startswith("lora r16 · ") and levers["LoRA"]["configuration"]["adapter"] == "lora"
+    assert "shorter sequences" not in levers  # the weights, gradients and state alone outgrow 24 GiB
     rungs = [r["rung"] for r in out["ladder"]]
     assert rungs == ["as asked", "pure bf16", "8-bit states", "checkpointing", "several GPUs"]
     assert all(r["memory_gb"] > 24 for r in out["ladder"][:-1])
@@ -152,8 +159,8 @@ def test_when_nothing_as_asked_fits_the_ladder_quantifies_each_lever(invoke):
     sizes = [r["memory_gb"] for r in out["ladder"][:-1]]
     assert sizes[0] > sizes[1] > sizes[2]  # each lever takes memory off
     text = invoke("fit", *args, "--optimizer", "adamw", "--verbose").output
-    assert "fits one GPU" in text and "The ladder" in text and "several GPUs" in text and "per rank" in text
-    assert "Run it on" in text and "Launch it" in text
+    assert "The ladder" in text and "several GPUs" in text and "per rank" in text
+    assert "one lever does: LoRA" in text and "this recipe pulls one lever, LoRA (--adapter lora)" in text
 
 
 @pytest.mark.slow
@@ -488,3 +495,50 @@ def test_list_gpus_names_every_accelerator_with_its_memory_and_link(invoke):
     for key, acc in load_rules().accelerators.items():
         line = next(ln for ln in out.splitlines() if ln.startswith(key + " "))
         assert (f"{acc.link_gbs:g}" in line) if acc.link_gbs else line.rstrip().endswith("—"), line
+
+
+def test_when_nothing_fits_the_levers_say_what_would_and_the_code_is_a_levers_said_so(invoke):
+    """Qwen2.5-7B-Instruct's LoRA on an L4 at 4,096 tokens: none of the asked configurations fits. The answer
+    asks each lever (attention-only LoRA, QLoRA, shorter sequences, a second GPU), each with its figure; the
+    pick is the first that fits on the one GPU, said as a lever, and its code loads the Instruct model it
+    was asked about, cut to the length it was priced at."""
+    args = ("--model", "qwen2.5-7b-instruct", "--gpu", "L4", "--adapter", "lora", "--seq-len", "4096")
+    out = fit_json(invoke, *args, "--optimizer", "adamw")
+    assert not any(c["fits"] for c in out["configurations"])
+    levers = {x["lever"]: x for x in out["levers"]}
+    assert {"attention-only LoRA", "QLoRA", "shorter sequences", "a second GPU"} <= set(levers)
+    for lever in levers.values():  # each with its figure
+        assert lever["configuration"]["memory_gb"]["total"] > 0 and lever["flags"].startswith("--")
+    assert levers["QLoRA"]["fits"] and out["pick_lever"]["lever"] == "QLoRA"
+    assert levers["shorter sequences"]["flags"] == "--seq-len 2048"
+    assert not levers["a second GPU"]["own_hardware"]  # shown with its figure, never the pick
+    assert out["model"]["name"] == "Qwen2.5-7B-Instruct" and out["model"]["architecture_of"] == "Qwen2.5-7B"
+    code = invoke("fit", *args, "--optimizer", "adamw", "--code").output
+    assert code.startswith("# Nothing as asked fits with AdamW: this recipe pulls one lever, QLoRA")
+    assert "'Qwen/Qwen2.5-7B-Instruct'," in code and "Qwen2.5-7B's architecture" in code
+    assert "MAX_LENGTH = 4096" in code and "truncation=True, max_length=MAX_LENGTH" in code
+
+
+def test_code_refuses_with_a_sentence_when_nothing_fits(invoke):
+    """Llama-3.1-70B's LoRA on a 16 GB T4, checkpointed: no lever fits either; --code prints no recipe that
+    does not fit (it printed SGD's), it exits 1 with what to do."""
+    args = ("--model", "llama-3.1-70b", "--gpu", "T4", "--adapter", "lora", "--optimizer", "adamw")
+    result = invoke("fit", *args, "--strategy", "checkpointing", "--code")
+    assert result.exit_code == 1 and "no code to print" in result.output and "Traceback" not in result.output
+    text = invoke("fit", *args, "--strategy", "checkpointing").output
+    assert "None of" in text and "The levers" in text
+
+
+@pytest.mark.slow
+def test_a_mixture_of_experts_on_one_gpu_is_not_picked_with_sgd(invoke):
+    """Qwen3-30B-A3B's LoRA on an H100 (128 experts, each adapted by all-linear: about 1 B trained weights):
+    AdamW's 32-bit states do not fit, SGD's no state does; the pick is an AdamW-class lever (8-bit states),
+    never SGD, and each lever carries its figure."""
+    out = fit_json(invoke, "--model", "qwen3-30b-a3b", "--gpu", "H100", "--adapter", "lora",
+                   "--optimizer", "adamw", "--optimizer", "sgd", "--strategy", "checkpointing+accumulation")  # fmt: skip
+    assert any(c["fits"] and c["optimizer"] == "sgd" for c in out["configurations"])
+    assert not any(c["fits"] and c["optimizer"] == "adamw" for c in out["configurations"])
+    assert "sgd" not in out["pick"] and out["pick_lever"]["lever"] in ("8-bit states", "attention-only LoRA")
+    levers = {x["lever"]: x for x in out["levers"]}
+    assert {"8-bit states", "attention-only LoRA", "QLoRA", "a second GPU"} <= set(levers)
+    assert all(x["configuration"] for x in levers.values())

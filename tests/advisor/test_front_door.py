@@ -30,6 +30,12 @@ def test_a_published_model_answers_to_its_name_hub_id_and_aliases(name):
         assert model.name == name and model.config_path == shipped_model(name)[1], spelling
     family = "vlm" if model.model_type == "gemma3" else "decoder"
     assert model.family.name == family and model.approx_params > 4e8
+    assert model.hub_id == entry["hub"] and model.architecture_of is None
+    for variant, hub in entry.get("variants", {}).items():  # an instruct model: its own name and Hub id
+        for spelling in (variant, variant.lower(), hub):
+            named = resolve_model(spelling, rules)
+            assert (named.name, named.hub_id, named.architecture_of) == (variant, hub, name), spelling
+            assert named.config_hash == model.config_hash  # the base's config: its traces serve both
 
 
 def test_a_folder_of_the_same_name_wins_over_the_shipped_config(tmp_path, monkeypatch):
@@ -145,3 +151,77 @@ def test_a_hub_id_fetches_its_config_alone_when_online_then_answers_offline(tmp_
         server.shutdown()
     fetched = [a for a in _Hub.asked if "/resolve/" in a]
     assert fetched == ["GET /someorg/small-qwen/resolve/main/config.json"]  # once, then the cache
+
+
+@pytest.mark.parametrize(
+    "typed, nearest",
+    [
+        ("lama-3.1-8b", "Llama-3.1-8B"),
+        ("qwen-2.5-7b-instrct", "Qwen2.5-7B-Instruct"),
+        ("qwen3-30b-a3", "Qwen3-30B-A3B"),
+    ],
+)
+def test_a_misspelled_model_gets_the_nearest_names(invoke, typed, nearest):
+    result = invoke("fit", "--model", typed, "--gpu", "H100")
+    assert result.exit_code != 0 and "Did you mean:" in result.output and nearest in result.output
+    assert "Traceback" not in result.output
+
+
+def test_list_models_shows_every_name_whole_with_current_families(invoke):
+    """Qwen3 dense and mixture-of-experts, SmolLM2, each with its model type, aliases and instruct variants."""
+    result = invoke("fit", "--list-models", env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for needle in (
+        "Qwen3-8B",
+        "qwen3",
+        "Qwen3-30B-A3B",
+        "qwen3_moe",
+        "SmolLM2-1.7B-Instruct",
+        "Qwen2.5-7B-Instruct",
+    ):
+        assert needle in result.output, needle
+
+
+def test_advisor_help_points_to_fit_first(invoke):
+    result = invoke("--help")
+    commands = result.output.split("Commands:")[1].split()
+    assert commands[0] == "fit" and "advisor fit --model" in result.output.split("Commands:")[0]
+
+
+def test_a_cold_trace_prints_its_stages_and_no_librarys_notices(tmp_path):
+    """torchao's absent CUDA kernels, bitsandbytes' `kernels` trust check with the Hub offline, torch's notices
+    of torchao's registrations: none reaches the user's terminal while a trace runs; its stages do."""
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env.pop("ADVISOR_DB", None)
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    config = json.loads(shipped_model("qwen2.5-0.5b")[1].read_text()) | {"num_hidden_layers": 2}
+    config.pop("layer_types")  # one per layer: transformers refuses a list of another length
+    (tiny / "config.json").write_text(json.dumps(config))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "fit",
+            "--model",
+            str(tiny),
+            "--gpu",
+            "A10G",
+            "--adapter",
+            "qlora",
+            "--optimizer",
+            "adamw_torch_8bit",
+            "--strategy",
+            "standard",
+            "--seq-len",
+            "32",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,  # fmt: skip
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines and all(line.startswith(("tracing ", "[")) for line in lines), lines

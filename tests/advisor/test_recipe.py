@@ -38,7 +38,9 @@ def test_the_micro_batch_is_the_largest_power_of_two_that_fits_and_accumulation_
     assert batches(q, "standard", 11) == (8, 1)  # the largest power of two that fits: short of it
     assert batches(q, "accumulation", 3) == (2, 8)  # accumulation reaches 16
     assert batches(q, "checkpointing+accumulation", 0) == (1, 16)  # nothing fits: priced at one sample
-    assert batches(q, "accumulation", 64) == (16, 2)  # an accumulating row accumulates at least twice
+    # an accumulating row accumulates at least twice, and to the effective batch: 8 x 2, not 16 x 2 = 32 (whose
+    # step amortizes the optimizer over twice the samples and so looked faster than the plain 16 x 1)
+    assert batches(q, "accumulation", 64) == (8, 2)
     wide = ask(rules, gpus=4)
     assert batches(wide, "accumulation", 1) == (1, 4)  # 4 ranks x 1 x 4 = 16
     given = ask(rules, batch_size=3, accumulation_steps=5)
@@ -185,7 +187,10 @@ def test_the_readmes_first_answer_accumulates_what_its_header_says(invoke):
     assert f"Learning rate {lr:g}, constant: QLoRA's default, not tuned" in text
     code = invoke("fit", "--model", "llama-3.1-8b", "--gpu", "RTX4090", *narrowed, "--code").output
     assert f"gradient_accumulation_steps={k}," in code and "'meta-llama/Llama-3.1-8B'," in code
-    assert code.startswith("# train.py: Llama-3.1-8B, 16 samples per optimizer step (micro-batch")
+    assert code.startswith(
+        "# train.py: Llama-3.1-8B, 16 samples of 2,048 tokens per optimizer step (micro-batch"
+    )
+    assert "MAX_LENGTH = 2048  # tokens a sample, as advisor priced it" in code  # the length holds
     assert "warmup_steps=0.03," in code and "lr_scheduler_type='constant_with_warmup'," in code
 
 
@@ -286,9 +291,12 @@ def test_a_loss_pick_from_single_runs_names_the_seeded_evidence_and_why_the_menu
     result = invoke("recommend", "--model", "modernbert", "--gpu", "A10G", "--optimize", "loss",
                     "--adapter", "full", "--offload", "none", "--strategy", "standard")  # fmt: skip
     assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
+    first = result.output.splitlines()[1]  # the panel's first line: the pick, and that it is single runs
+    assert "adadelta + standard" in first and "from single runs" in first, first
+    text = " ".join(result.output.replace("│", " ").split())
     assert "Single-run evidence" in text and "repeated seeds" in text and "--group" in text
-    assert "The menu's pick" in text and "differs" in text
+    assert "ranks the single runs first because they are at your model's scale" in text  # why they answer
+    assert "The menu's pick" in text and "differs, and stands" in text and "gives no test of adadelta" in text
     data = json.loads(
         invoke(
             "recommend",
@@ -320,3 +328,92 @@ def test_a_model_name_cannot_break_out_of_the_codes_comments(rules, tmp_path):
     _, code = training_code(q, c, q.adapter_of("lora"), rules, Recipe(1, 1, learning_rate(q, c, rules)))
     assert not any(line.startswith("import os") for line in code.splitlines())
     compile(code, "train.py", "exec")  # one valid script: the name is inside a comment and a string
+
+
+def test_full_fine_tuning_reaches_the_effective_batch(invoke):
+    """Llama-3.2-3B in full on an RTX 4090, pure bf16 with paged 8-bit states: a plain step fits one sample,
+    checkpointing with accumulation reaches 16 and is faster per token; the pick reaches 16 (it was 1 x 1)."""
+    out = json.loads(
+        invoke(
+            "fit",
+            "--model",
+            "llama-3.2-3b",
+            "--gpu",
+            "RTX4090",
+            "--adapter",
+            "full",
+            "--dtype",
+            "bf16",
+            "--optimizer",
+            "paged_adamw_8bit",
+            "--json",
+        ).output  # fmt: skip
+    )
+    pick = out["configurations"][0]
+    assert pick["fits"] and pick["effective_batch"] == 16, pick
+    plain = next(c for c in out["configurations"] if c["strategy"] == "standard")
+    assert plain["fits"] and plain["effective_batch"] < 16  # it fits, short of the batch: ranked after
+    assert pick["tokens_per_s"] > plain["tokens_per_s"]
+
+
+def test_at_the_same_effective_batch_the_faster_configuration_wins(invoke):
+    """SmolLM2-1.7B's LoRA on a T4: of the configurations that fit and reach the effective batch in the pick's
+    class (adapter, precision, state bits), the pick is the fastest; fewer micro-batches decide nothing."""
+    out = json.loads(
+        invoke(
+            "fit",
+            "--model",
+            "smollm2-1.7b",
+            "--gpu",
+            "T4",
+            "--adapter",
+            "lora",
+            "--optimizer",
+            "adamw",
+            "--json",
+        ).output  # fmt: skip
+    )
+    rows = [c for c in out["configurations"] if c["fits"]]
+    pick = rows[0]
+    same = [
+        c for c in rows if c["effective_batch"] == pick["effective_batch"] and c["dtype"] == pick["dtype"]
+    ]
+    assert len(same) > 1 and pick["tokens_per_s"] == max(c["tokens_per_s"] for c in same)
+    assert pick["effective_batch"] == 16
+
+
+def test_an_fsdp_row_accumulates_to_the_effective_batch_and_its_code_reduces_each_micro_batch(invoke):
+    """FSDP's default menu traces accumulation too (a 2-GPU rank that fits two samples reaches 16 as 2 x 4 x
+    2), with accelerate's sync_each_batch: each micro-batch's gradients reduce-scattered into the shard, as
+    traced, rather than every rank holding the whole model's until the last one."""
+    out = json.loads(
+        invoke(
+            "fit",
+            "--model",
+            QWEN,
+            "--gpu",
+            "A10G",
+            "--gpus",
+            "2",
+            "--sharding",
+            "fsdp",
+            "--adapter",
+            "full",
+            "--dtype",
+            "bf16",
+            "--optimizer",
+            "adamw",
+            "--seq-len",
+            "4096",
+            "--offload",
+            "none",
+            "--json",
+        ).output  # fmt: skip
+    )
+    strategies = {c["strategy"] for c in out["configurations"]}
+    assert {"accumulation", "checkpointing+accumulation"} <= strategies
+    pick = out["configurations"][0]
+    assert pick["fits"] and pick["effective_batch"] == 16
+    accumulating = next(c for c in out["configurations"] if c["strategy"].endswith("accumulation"))
+    kwargs = accumulating["training_arguments"]["accelerator_config"]["gradient_accumulation_kwargs"]
+    assert kwargs == {"sync_each_batch": True} and "sync_each_batch" in accumulating["code"]

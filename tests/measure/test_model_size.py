@@ -61,6 +61,15 @@ PUBLISHED = {
     "gemma-3-4b-pt": 4.3e9,
     "gemma-3-12b-pt": 12.2e9,
     "gemma-3-27b-pt": 27.4e9,
+    "SmolLM2-1.7B": 1.71e9,
+    "Qwen3-0.6B": 0.6e9,
+    "Qwen3-1.7B": 1.72e9,  # the card rounds to 1.7B: 1.4B besides embeddings of 151,936 x 2,048
+    "Qwen3-4B": 4.0e9,
+    "Qwen3-8B": 8.2e9,
+    "Qwen3-14B": 14.8e9,
+    "Qwen3-32B": 32.8e9,
+    "Qwen3-30B-A3B": 30.5e9,
+    "Qwen3-235B-A22B": 235e9,
     "Phi-3-mini-4k-instruct": 3.82e9,
     "Phi-3-medium-4k-instruct": 14.0e9,
 }
