@@ -242,8 +242,24 @@ def seeded_second_look(
     return [
         f"Single-run evidence: one run per configuration cannot tell it from noise. The best evidence with "
         f"repeated seeds, {said}, picks {theirs.optimizer} + {theirs.strategy} "
-        f"({selector_flags(seeded)})."
+        f"({selector_flags(seeded)}).{_why_single(answer, seeded)}"
     ]
+
+
+def _why_single(answer: Answer, seeded: Group) -> str:
+    """Why a single-run group answers ahead of one with repeated seeds: the scale it shares with the question,
+    where the seeded group's is further from it (' ' and a sentence; '' where the sizes say nothing)."""
+    asked, theirs, ours = answer.scale, seeded.n_params, answer.group.n_params
+    if not (asked and theirs and ours):
+        return ""
+    far = max(asked / theirs, theirs / asked)
+    near = max(asked / ours, ours / asked)
+    if far <= near:
+        return ""
+    return (
+        f" This answer ranks the single runs first because they are at your model's scale ({params_text(ours)} "
+        f"against {params_text(asked)}); the repeated seeds are {far:.0f}x from it."
+    )
 
 
 def menu_disagreement(answer: Answer, metric: str) -> list[str]:
@@ -252,10 +268,18 @@ def menu_disagreement(answer: Answer, metric: str) -> list[str]:
     chosen = (menu or {}).get("pick")
     if not chosen or f"· {pick.optimizer} ·" in f"{chosen['configuration']} ·":
         return []
+    if pick.seeds == 1 and not pick.predicted:
+        adam = next((e for e in answer.alternatives if e.optimizer in ("adamw", "adam") and e.value), None)
+        theirs = f" ({adam.optimizer} here: {adam.value:.4g} against {pick.value:.4g})" if adam else ""
+        return [
+            f"The menu's pick ({chosen['configuration']}) differs, and stands: it puts AdamW-class optimizers "
+            f"first, as fine-tuners do, and one run per configuration of {answer.group.label} gives no test of "
+            f"{pick.optimizer} against them{theirs}."
+        ]
     return [
         f"The menu's pick ({chosen['configuration']}) differs: it ranks what fits your model by what a "
-        f"practitioner gives up and by speed, AdamW-class first, with no {metric} evidence at your model's scale; "
-        f"this {metric} pick is read from {answer.group.label}."
+        f"practitioner gives up and by speed, AdamW-class first, not by {metric}; this {metric} pick is read "
+        f"from {answer.group.label}."
     ]
 
 

@@ -18,13 +18,13 @@ import click
 from advisor.cli.params import CONTEXT
 
 # command -> the module that defines it, and its name there
-COMMANDS = {
+COMMANDS = {  # in the order --help lists them: what fits first, then the evidence
+    "fit": ("advisor.cli.fitting", "fit_command"),
     "recommend": ("advisor.cli.answering", "recommend"),
     "frontier": ("advisor.cli.answering", "frontier"),
     "flowchart": ("advisor.cli.answering", "flowchart"),
     "claims": ("advisor.cli.answering", "claims"),
     "transfer": ("advisor.cli.answering", "transfer"),
-    "fit": ("advisor.cli.fitting", "fit_command"),
     "measure": ("advisor.cli.measuring", "measure"),
     "validate": ("advisor.cli.measuring", "validate"),
     "calibrate": ("advisor.cli.measuring", "calibrate"),
@@ -53,10 +53,13 @@ class LazyGroup(click.Group):
 def cli():
     """Which optimizer and memory strategy should I train this transformer with, under this constraint?
 
-    Answers come from a knowledge base of training runs (the paper's published figures, arXiv
-    2608.08961, and measurements made with `advisor measure`) and from predictions of a real training
-    step of your model (`advisor fit`). Start with:
+    Answers come from predictions of a real training step of your model (`advisor fit`) and from a
+    knowledge base of training runs (the paper's published figures, arXiv 2608.08961, and measurements
+    made with `advisor measure`). Start with what fits your GPU, then the evidence:
 
+    \b
+        advisor fit --model llama-3.1-8b --gpu RTX4090
+        advisor recommend --model llama-3.1-8b --gpu RTX4090 --optimize time
         advisor recommend --arch encoder --optimize memory
     """
 

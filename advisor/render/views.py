@@ -226,6 +226,9 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
     pick = answer.recommendation
     if pick:
         body.append(f"{pick.optimizer} + {pick.strategy}", style="bold green")
+        single = pick.seeds == 1 and not pick.predicted
+        if single and metric.name != "memory":  # said first: one run each cannot tell a lead from noise
+            body.append(" · from single runs: one run each, no test", style="bold yellow")
         label = f"predicted {metric.name}" if pick.predicted else metric.label
         body.append(f"\n{label}: {fmt(pick.value, pick.unit)}", style="bold")
         if pick.stated:
@@ -243,7 +246,7 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
                 else "\nNo other candidate has every seed ok.",
                 style="bold",
             )
-        if pick.test and (pick.test["kind"] or pick.seeds > 1):  # single runs: said on the line below
+        if pick.test and (pick.test["kind"] or pick.seeds > 1):  # single runs: said on the first line
             body.append(f"\n{test_line(pick.test)}", style="dim")
         if pick.tied:
             why = (
@@ -258,7 +261,7 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
                 f"{readings}; {why}",
                 style="yellow",
             )
-        if pick.seeds == 1 and not pick.predicted:
+        if single and metric.name == "memory":  # memory does not vary over seeds: one run is its figure
             body.append("\nsingle-seed evidence: one run per configuration, no interval", style="yellow")
     else:
         body.append("No recommendation", style="bold red")
