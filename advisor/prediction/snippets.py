@@ -104,7 +104,7 @@ def _text_data(q: Question) -> list[str]:
     """The user's text, from a JSON-lines file or a Hub dataset with a "text" column, tokenized and cut to the
     length the answer priced (every sample at most that long: the memory priced holds), and its collator."""
     return [
-        f"MAX_LENGTH = {q.seq_len}  # tokens a sample, as advisor priced it: longer texts are cut to it",
+        f"MAX_LENGTH = {q.seq_len}  # tokens a sample, as priced: longer texts are cut to it",
         'DATA = "train.jsonl"  # your data: a JSON-lines file with a "text" column, or a Hub dataset id',
         "",
         f"tokenizer = AutoTokenizer.from_pretrained({q.model.hub_id!r})",

@@ -28,17 +28,33 @@ LLAMA_8B = REPO / "tests/fixtures/configs/Llama-3.1-8B"
 # One warning is not the snippet's: peft 0.21 reads `is_gradient_checkpointing`, which transformers 5 deprecates,
 # inside get_peft_model whatever the caller passes.
 PEFTS_OWN = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+# The user's data as the printed code reads it: train.jsonl with a "text" column, in the folder it runs in
 RUNNER = """
 import os, sys, json, warnings
 warnings.simplefilter("error")
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 snippets = json.load(open(sys.argv[1]))
+os.chdir(sys.argv[2])
+with open("train.jsonl", "w") as f:
+    for i in range(4):
+        f.write(json.dumps({"text": " ".join(f"w{(i * 7 + j) % 50}" for j in range(12 + i))}) + "\\n")
 for key, code in snippets.items():
-    os.chdir(sys.argv[2])
-    namespace = {"train_dataset": [{"input_ids": list(range(i, i + 16)), "labels": list(range(i, i + 16))} for i in range(4)]}
-    exec(compile(code, key, "exec"), namespace)
+    exec(compile(code, key, "exec"), {})
     print("ran", key, flush=True)
 """
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer built here (nothing downloaded): what the printed code's AutoTokenizer loads."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "<pad>", "<bos>", "<eos>", *(f"w{i}" for i in range(50))])}
+    inner = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
+    )
 
 
 def recipe(q, c, rules) -> Recipe:
@@ -64,6 +80,7 @@ def tiny_model(tmp_path_factory):
     )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
     return folder
 
 
