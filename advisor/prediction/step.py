@@ -65,21 +65,50 @@ class Config:
 
 # --- depth: traced at 1 and 2 blocks of each stack -----------------------------------------------------
 
+EXPERTS = "experts"  # the knob of a mixture's expert units (a stack's `experts`: each unit is in every layer)
 
-def depth_points(knobs: dict[str, int]) -> list[tuple[int, ...]]:
-    """The depth points traced: every stack at 1 block, then each stack at 2 in turn."""
-    return [tuple(1 for _ in knobs)] + [
-        tuple(2 if i == j else 1 for i in range(len(knobs))) for j in range(len(knobs))
+
+def interactions(knobs) -> list[tuple[int, int]]:
+    """Pairs of knobs whose counts multiply: a mixture's expert units and each kind of block of their stack
+    (every unit of experts is in every layer, so their bytes and FLOPs grow as layers x units)."""
+    names = list(knobs)
+    out = []
+    for j, name in enumerate(names):
+        stack, _, last = name.rpartition(".")
+        if last == EXPERTS:
+            out += [(i, j) for i, other in enumerate(names) if i != j and other.rpartition(".")[0] == stack]
+    return out
+
+
+def depth_points(knobs: dict[str, int], base: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+    """The depth points traced: every knob at its base (1 block, or a sharded trace's deeper base), then
+    each one higher in turn, then each pair that multiplies (interactions) both higher."""
+    base = base or tuple(1 for _ in knobs)
+    raised = [tuple(b + (i == j) for i, b in enumerate(base)) for j in range(len(knobs))]
+    both = [tuple(b + (k in pair) for k, b in enumerate(base)) for pair in interactions(knobs)]
+    return [base] + raised + both
+
+
+def coefficients(knobs, steps: list[int]) -> list[int]:
+    """The weight of each depth point (depth_points' order) in a quantity at `steps` beyond the base: exact
+    for any quantity affine in each knob, plus a product term for each pair that multiplies. With s the
+    steps: the base 1 - sum(s) + sum of the pairs' s_i s_j; a knob raised alone s_j less its pairs' products;
+    a pair raised together s_i s_j (the closed form of interpolating on those points)."""
+    pairs = interactions(knobs)
+    products = [steps[i] * steps[j] for i, j in pairs]
+    alone = [
+        s - sum(p for (i, j), p in zip(pairs, products, strict=True) if k in (i, j))
+        for k, s in enumerate(steps)
     ]
+    return [1 - sum(steps) + sum(products)] + alone + products
 
 
 def extrapolate_depth(values: dict, knobs: dict[str, int]) -> int:
-    """A quantity known at the depth points, at the full depths: affine in each stack's depth."""
+    """A quantity known at the depth points, at the full depths: affine in each stack's depth (with the
+    products of the pairs that multiply)."""
     points = depth_points(knobs)
-    base = values[points[0]]
-    return base + sum(
-        (full - 1) * (values[p] - base) for p, full in zip(points[1:], knobs.values(), strict=True)
-    )
+    weights = coefficients(knobs, [full - 1 for full in knobs.values()])
+    return sum(w * values[p] for w, p in zip(weights, points, strict=True))
 
 
 def _depth_combination(payload: dict, values: list[dict]) -> dict:
@@ -209,8 +238,8 @@ def _line_sums(payload: dict) -> list:
 def _coefficients(payload: dict) -> list[int]:
     """The weight of each depth point in the combination at the model's depths (kept on the payload)."""
     if "_coefficients" not in payload:
-        steps = _steps(payload) if len(payload.get("points", payload["n_params"])) > 1 else []
-        payload["_coefficients"] = [1 - sum(steps)] + steps
+        single = len(payload.get("points", payload["n_params"])) == 1  # a trace of the full depth
+        payload["_coefficients"] = [1] if single else coefficients(payload["depth"], _steps(payload))
     return payload["_coefficients"]
 
 

@@ -133,3 +133,19 @@ def test_the_table_and_json_say_which_time_orders_are_undecided(a100_answer):
     console = Console(width=160, record=True)
     console.print(_fit_table(a100_answer, a100_answer.rows[:1]))
     assert "≈" not in console.export_text()
+
+
+def test_depth_coefficients_are_exact_for_sums_and_for_layers_times_expert_units():
+    """A quantity affine in each knob, with a product term for a mixture's expert units and its layers
+    (every unit in every layer), is recovered exactly at the full depths from the traced points alone."""
+    from advisor.prediction.step import coefficients, depth_points
+
+    knobs = {"num_hidden_layers": 48, "vision_config.num_hidden_layers": 27, "experts": 8}
+    points = depth_points(knobs)
+    assert len(points) == 5  # base, each knob raised, layers and units raised together
+
+    def f(layers, vision, units):
+        return 7 + 11 * layers + 3 * vision + 5 * units + 13 * layers * units
+
+    weights = coefficients(knobs, [full - 1 for full in knobs.values()])
+    assert sum(w * f(*p) for w, p in zip(weights, points, strict=True)) == f(48, 27, 8)

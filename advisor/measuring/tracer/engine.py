@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import math
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -74,8 +75,10 @@ from advisor.prediction.step import (
     BATCHES,
     CATEGORIES,
     ENGINE_VERSION,
+    EXPERTS,
     Adapter,
     Config,
+    coefficients,
     depth_points,
     envelope,
     extrapolate_depth,
@@ -133,9 +136,30 @@ def depth_knobs(config) -> dict[str, int]:
         if key:
             kinds = _kinds(sub, getattr(sub, key))
             out |= {prefix + key + (f"@{k}" if len(kinds) > 1 else ""): n for k, n in kinds.items()}
+            units = _expert_units(sub)
+            if units:
+                out[prefix + EXPERTS] = units
     if not out:
         raise ValueError("the config names no number of layers (num_hidden_layers, n_layer, num_layers)")
     return out
+
+
+def _expert_units(config) -> int | None:
+    """A mixture's experts as a knob like depth: E experts of which each token picks k are g = gcd(E, k)
+    units of E/g experts picking k/g, and every expert's bytes and FLOPs (its weights, its routed tokens, its
+    share of the router) scale with the units at a fixed number of tokens per expert; traced at 1 and 2
+    units, evaluated at g, as blocks are (tests/measure/test_menu.py checks it against a trace of all of
+    them). Worth a knob past 2 units (Qwen3's 128 experts picking 8: 8 units of 16); None otherwise, and for
+    routing in groups of experts (DeepSeek's n_group), which no unit divides."""
+    experts = next((getattr(config, k) for k in MOE_KEYS if isinstance(getattr(config, k, None), int)), None)
+    picks = getattr(config, "num_experts_per_tok", None)
+    grouped = getattr(config, "n_group", None)
+    if not (isinstance(experts, int) and isinstance(picks, int) and experts > 1 and picks > 0):
+        return None
+    if isinstance(grouped, int) and grouped > 1:
+        return None
+    units = math.gcd(experts, picks)
+    return units if units > 2 else None
 
 
 def _kinds(config, depth: int) -> dict[str, int]:
@@ -158,6 +182,9 @@ def at_depth(config, depths: dict[str, int]):
     config = copy.deepcopy(config)
     stacks: dict[str, dict[str, int]] = {}
     for knob, depth in depths.items():
+        if knob.rpartition(".")[2] == EXPERTS:
+            _with_units(config if "." not in knob else getattr(config, knob.split(".")[0]), depth)
+            continue
         stack, _, kind = knob.partition("@")
         stacks.setdefault(stack, {})[kind or "all"] = depth
     for stack, kinds in stacks.items():
@@ -177,6 +204,14 @@ def at_depth(config, depths: dict[str, int]):
         if "dense" in kinds:
             owner.first_k_dense_replace = kinds["dense"]
     return config
+
+
+def _with_units(owner, units: int) -> None:
+    """A mixture's experts and picks at `units` of its expert units (_expert_units), in place."""
+    full = _expert_units(owner)
+    key = next(k for k in MOE_KEYS if isinstance(getattr(owner, k, None), int))
+    setattr(owner, key, getattr(owner, key) // full * units)
+    owner.num_experts_per_tok = owner.num_experts_per_tok // full * units
 
 
 # --- the model under fake tensors --------------------------------------------------------------------------
@@ -391,14 +426,11 @@ def trace_windows(
             for p in model.parameters():
                 p.grad = None
             real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size, spec.images)
-            live = (
-                ShardedLiveBytes(timeline=True, flops=True)
-                if sharded
-                else LiveBytes(timeline=True, flops=True)
-            )
+            tracker = ShardedLiveBytes if sharded else LiveBytes
+            live = tracker(timeline=True, flops=True, values=values)  # the input values' work done in it
             handles = live.track_module(model)
             flops = []
-            with mode, values, live, kernels(spec), cuda_kernels(spec):
+            with mode, live, kernels(spec), cuda_kernels(spec):
                 for i in range(1 if derive else micro_batches):
                     batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
                     for t in batch.values():
@@ -576,6 +608,7 @@ class Tracer:
         self._steps: dict = {}
         self._graded: dict = {}  # (adapter, images) -> names of the parameters the windows gave a gradient
         self._extra: dict = {}  # a dormant block's held bytes and parameters (_held)
+        self._largest: dict = {}  # adapter -> the largest module with every expert (_largest_module)
 
     def points(self, sharded: bool = False) -> list[tuple[int, ...]]:
         """Depth points: 1 and 2 blocks of each stack; a sharded trace's deeper ones (advisor/measuring/tracer/fsdp.py)."""
@@ -633,6 +666,17 @@ class Tracer:
             graded |= trace.graded  # a deeper point's names hold a shallower one's
         return traced[batch]
 
+    def _largest_module(self, spec: Spec) -> int:
+        """The most parameters one module holds (DeepSpeed's L) with every expert: the traced points hold a
+        unit of them, and a mixture's experts are its largest module."""
+        if spec.adapter not in self._largest:
+            depths = {k: full if k.rpartition(".")[2] == EXPERTS else 1 for k, full in self.knobs.items()}
+            with fake_tensors() as (mode, _):
+                self._largest[spec.adapter] = largest_module(
+                    build(spec, at_depth(self.spec.config, depths), mode)
+                )
+        return self._largest[spec.adapter]
+
     def _dormant(self, point, sharded: bool) -> tuple | None:
         """The point below this one, where it raises only a stack the step never runs (a VLM's vision tower on
         text alone: its blocks hold parameters and nothing else); None: a point to trace."""
@@ -667,7 +711,7 @@ class Tracer:
         singles = depth_points(self.knobs)
         if point not in singles:
             by_point = {d: self.steps(spec, d, names) for d in singles}
-            return {n: _affine({d: by_point[d][n] for d in singles}, point) for n in names}
+            return {n: _affine({d: by_point[d][n] for d in singles}, point, self.knobs) for n in names}
         below = self._dormant(point, sharded=False)
         if below is not None:  # the dormant block's parameters take no step: they get no gradient
             held, _ = self._held(spec, point, below, False)
@@ -712,7 +756,7 @@ class Tracer:
         out = {}
         for asked, traces in windows.values():
             lines = {d: _window_lines(traces[(d, BATCHES[0])], traces[(d, BATCHES[1])]) for d in points}
-            common = self._common(traces, points, sharded)
+            common = self._common(device_spec, traces, points, sharded)
             for strategy in asked:
                 names = ["forward0", "backward0"] + (
                     ["forward1", "backward1"] if strategy.endswith("accumulation") else []
@@ -724,9 +768,12 @@ class Tracer:
                     )
         return out
 
-    def _common(self, traces: dict, points: list, sharded: bool) -> dict:
+    def _common(self, spec: Spec, traces: dict, points: list, sharded: bool) -> dict:
         one, two = BATCHES
         first = traces[(points[0], one)]
+        structure = dict(first.structure)
+        if any(k.rpartition(".")[2] == EXPERTS for k in self.knobs):  # traced on a unit of the experts
+            structure["largest_module"] = self._largest_module(spec)
         out = {
             "engine": ENGINE_VERSION,
             "depth": self.knobs,
@@ -737,7 +784,7 @@ class Tracer:
             "experts": _has_experts(self.spec.config),
             "flops": [line(traces[(d, one)].flops, traces[(d, two)].flops) for d in points],
             "inputs": line(first.inputs, traces[(points[0], two)].inputs),
-            "structure": first.structure,
+            "structure": structure,
             "grad_bytes_per_param": first.grad_bytes / max(first.trainable, 1),
         }
         if sharded:
@@ -772,14 +819,17 @@ def _with_parameters(entries: list, held: int) -> list:
     return [(op, (*v[:i], v[i] + held, *v[i + 1 :])) for op, v in entries]
 
 
-def _affine(values: dict, point: tuple[int, ...]):
-    """A step's figures (nested dicts of numbers) at a depth point, from the depth points (advisor's
-    extrapolate_depth, at any depth)."""
-    points = list(values)
-    base = values[points[0]]
-    if isinstance(base, dict):
-        return {k: _affine({p: v[k] for p, v in values.items()}, point) for k in base}
-    return base + sum((d - 1) * (values[p] - base) for p, d in zip(points[1:], point, strict=True))
+def _affine(values: dict, point: tuple[int, ...], knobs: dict):
+    """A step's figures (nested dicts of numbers) at a depth point, from the depth points at base 1 (step.py's
+    combination, at any depth)."""
+    weights = coefficients(knobs, [d - 1 for d in point])
+    return _weighted(list(values.values()), weights)
+
+
+def _weighted(values: list, weights: list):
+    if isinstance(values[0], dict):
+        return {k: _weighted([v[k] for v in values], weights) for k in values[0]}
+    return sum(w * v for w, v in zip(weights, values, strict=True))
 
 
 def _over_shard(step: dict) -> dict:

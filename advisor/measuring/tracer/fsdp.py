@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
+from advisor.prediction.step import depth_points
+
 TRACED_WORLD = 2  # ranks a sharded trace is taken at; a rank's sharded bytes scale as 1/N from there
 SHARDED_BASE = 4  # the shallowest depth a sharded trace is linear from: the root's gather dominates below
 
@@ -71,9 +73,8 @@ def largest_module(model) -> int:
 
 
 def sharded_points(knobs: dict[str, int]) -> list[tuple[int, ...]]:
-    """Depth points of a sharded trace: every stack at SHARDED_BASE blocks, then each one deeper; the full
-    depth alone where a stack is too shallow for that."""
+    """Depth points of a sharded trace: every stack at SHARDED_BASE blocks, then each one deeper (and each
+    pair that multiplies, both: depth_points); the full depth alone where a stack is too shallow for that."""
     if any(full < SHARDED_BASE + 2 for full in knobs.values()):
         return [tuple(knobs.values())]
-    base = tuple(SHARDED_BASE for _ in knobs)
-    return [base] + [tuple(b + (i == j) for j, b in enumerate(base)) for i in range(len(knobs))]
+    return depth_points(knobs, tuple(SHARDED_BASE for _ in knobs))

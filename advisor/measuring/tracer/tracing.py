@@ -30,8 +30,10 @@ class LiveBytes(TorchDispatchMode):
     is set by the phase it was created in (forward: activations; backward or optimizer: temporaries) and
     changed when it becomes a parameter's gradient or an optimizer's state."""
 
-    def __init__(self, timeline: bool = False, flops: bool = False):
+    def __init__(self, timeline: bool = False, flops: bool = False, values: InputValues | None = None):
         super().__init__()
+        # with values: InputValues' work done in this mode, not one of its own below it (one mode fewer per op)
+        self.values = values
         self.phase = "setup"
         self.now = dict.fromkeys(CATEGORIES, 0)
         # with flops: the FLOPs of the matrix products, convolutions and attention seen (op_flops), counted in this
@@ -104,10 +106,9 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if (
-            func.namespace == "prim"
-        ):  # a metadata query (a fake tensor's device: most ops seen): no bytes move
+        out = self.values.dispatch(func, args, kwargs) if self.values is not None else func(*args, **kwargs)
+        # a metadata query (a fake tensor's device: most ops seen) moves no bytes
+        if func.namespace == "prim":
             return out
         if self.flops is not None:
             self.flops += op_flops(func, args, kwargs, out)
@@ -292,7 +293,10 @@ class ShardedLiveBytes(LiveBytes):
         if any(t is DTensor for t in types):
             return NotImplemented
         if active_fake_mode() is not self._mode:  # DTensor's sharding propagation
-            return func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            return (
+                self.values.dispatch(func, args, kwargs) if self.values is not None else func(*args, **kwargs)
+            )
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
@@ -315,7 +319,11 @@ class InputValues(TorchDispatchMode):
         return fake
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        return self.dispatch(func, args, kwargs or {})
+
+    def dispatch(self, func, args, kwargs: dict):
+        """An op on fake tensors, or on their values where every tensor it takes has one (then a fake of its
+        result, its value kept): this mode's work, which a LiveBytes given it does in its own dispatch."""
         if func.namespace == "prim":  # a fake tensor's device and the like: no value to compute
             return func(*args, **kwargs)
         tensors = tensors_in(*args, *kwargs.values())
