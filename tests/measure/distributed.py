@@ -29,8 +29,12 @@ def tiny_llama(folder: Path) -> Path:
     return folder
 
 
-def run_ranks(folder: Path, world: int, sharding: str, adapter: str, batch: int, seq_len: int) -> list[int]:
-    """Every rank's peak (bytes) of a real step: `sharding` fsdp or ddp, `adapter` full or lora."""
+def run_ranks(
+    folder: Path, world: int, sharding: str, adapter: str, batch: int, seq_len: int, micro_batches: int = 1
+) -> list[int]:
+    """Every rank's peak (bytes) of a real step: `sharding` fsdp or ddp, `adapter` full or lora; with
+    `micro_batches` above one, accumulating, each micro-batch's gradients reduced as it ends (accelerate's
+    sync_each_batch, the printed code's)."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -39,14 +43,14 @@ def run_ranks(folder: Path, world: int, sharding: str, adapter: str, batch: int,
     with tempfile.TemporaryDirectory() as out:
         mp.spawn(
             _rank,
-            args=(world, str(folder), sharding, adapter, batch, seq_len, port, out),
+            args=(world, str(folder), sharding, adapter, batch, seq_len, port, out, micro_batches),
             nprocs=world,
             join=True,
         )
         return [json.loads((Path(out) / f"{r}.json").read_text())["peak"] for r in range(world)]
 
 
-def _rank(rank, world, folder, sharding, adapter, batch, seq_len, port, out) -> None:
+def _rank(rank, world, folder, sharding, adapter, batch, seq_len, port, out, micro_batches=1) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     import torch.distributed as dist
@@ -85,11 +89,16 @@ def _rank(rank, world, folder, sharding, adapter, batch, seq_len, port, out) -> 
         opt = make_optimizer("adamw", trainable, 1e-4, cuda_defaults=False, model=model)
         inputs = fam.fit_batch(config, batch, seq_len, None)
 
+        tracker = None
+
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = model(**inputs).loss
-            loss.backward()
-            del loss
+            for _ in range(micro_batches):
+                if tracker is not None:
+                    tracker.reset_mod_stats()  # MemTracker's per-module stats take one forward at a time
+                loss = model(**inputs).loss
+                loss.backward()
+                del loss
             opt.step()
 
         step()  # the optimizer's state, DDP's rebuilt buckets

@@ -184,7 +184,7 @@ def _measured_step(spec: Spec, model, optimizer: str, batch: int, window: int):
 
 class EvenRouting(TorchDispatchMode):
     """A real router's top-k indices replaced by the trace's even spread (token t to experts (t·k + j) mod E,
-    measure.tracing.BalancedRouting): what is compared is the prediction at that routing, not one random
+    advisor.measuring.tracer.tracing.InputValues._routed): what is compared is the prediction at that routing, not one random
     router's imbalance."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -408,11 +408,12 @@ def trace_windows(
     them, as a zero_grad does). `checkpointing`: 'full', 'selective' or None (True means 'full'). `sharded`:
     one rank of FSDP2 at TRACED_WORLD ranks; `warm_up`, a config (the model at its shallowest), is stepped
     first unless this process traced the same ops before (DTensor's sharding propagation is cached
-    process-wide, by op and shapes, which no block count changes). `derived`: one process's second
-    micro-batch made from its first (`accumulating`), not traced; an FSDP rank's is always traced (it
-    reduce-scatters into the shards)."""
+    process-wide, by op and shapes, which no block count changes). `derived`: the second micro-batch made
+    from the first (`accumulating`), not traced: equal op by op in one process; an FSDP rank's (each
+    micro-batch's gradients reduce-scattered into its shard) runs a few ops more (FSDP's first-forward set-up,
+    the shards' accumulation) and equals a traced one in every phase's peak at any batch."""
     checkpointing = "full" if checkpointing is True else checkpointing or None
-    derive = derived and not sharded and micro_batches == 2
+    derive = derived and micro_batches == 2
     out = {}
     with (
         fake_group() if sharded else nullcontext() as mesh,
@@ -635,9 +636,9 @@ class Tracer:
     def window(
         self, spec: Spec, point, batch: int, checkpointing: str | None, micro_batches: int = 2, sharded=False
     ) -> Trace:
-        """A traced window, of `micro_batches` or more (two serve where one is asked; one process's second
-        micro-batch costs nothing: it is derived)."""
-        micro_batches = micro_batches if sharded else 2
+        """A traced window, of `micro_batches` or more (two serve where one is asked; a second micro-batch
+        costs nothing: it is derived)."""
+        micro_batches = 2
         key = (self._key(spec), point, batch, checkpointing, sharded)
         for n in range(micro_batches, 3):
             if (*key, n) in self._windows:

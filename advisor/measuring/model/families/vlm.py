@@ -170,12 +170,11 @@ class VisionLanguage(Family):
         `images`, seq_len tokens of text alone (a VLM fine-tuned as the language model it is: Gemma 3)."""
         import torch
 
-        if not images:
-            caption = token_ids(config, batch_size, seq_len)
-            batch = {"input_ids": caption, "labels": caption}
-            if config.model_type == "gemma3":  # its processor's marks: no image token
-                batch["token_type_ids"] = torch.zeros_like(caption)
-            return batch
+        if (
+            not images
+        ):  # as a text collator gives it: a tokenizer makes no token_type_ids (Gemma 3's processor
+            caption = token_ids(config, batch_size, seq_len)  # does, to mark image tokens; there are none)
+            return {"input_ids": caption, "labels": caption}
         self.fit_sizes(config)  # refuses a VLM whose inputs it does not know
         shape = self.shape_of(config)
         if image_size and image_size != shape.image_size:
