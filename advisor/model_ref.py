@@ -293,7 +293,7 @@ def _hub_config(repo_id: str, rules: Rules) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ModelNotResolved(
             f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: fetch its config "
-            f"alone with `{fetch}` (online), or pass a folder that holds its config.json.{_nearest(repo_id, rules)}"
+            f"alone with `{fetch}` (online), or pass a folder that holds its config.json."
         )
     from advisor.hub import fetch_config  # the network, only for an id nothing local has
 

@@ -17,7 +17,7 @@ from fractions import Fraction
 # What a traced step's live bytes are split into (a payload's lines, an answer's memory breakdown); PyTorch's
 # MemTracker has its own categories (advisor/measuring/training/tensors.py MEMTRACKER_MEASURES).
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
-ENGINE_VERSION = 6  # what a prediction means: bump it when that changes, and cached ones are traced again
+ENGINE_VERSION = 7  # what a prediction means: bump it when that changes, and cached ones are traced again
 DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 ADAPTERS = ("full", "lora", "qlora")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
@@ -120,12 +120,17 @@ def _depth_combination(payload: dict, values: list[dict]) -> dict:
     return out
 
 
+def _knobs(payload: dict) -> list[str]:
+    """The knobs in the order the points give their depths: as traced ("knobs"), for the KB stores a payload
+    with its keys sorted, which reorders "depth" (Gemma's full-attention kind before its sliding one)."""
+    return payload["knobs"]
+
+
 def _steps(payload: dict) -> list[int]:
     """Blocks each stack's full depth is beyond the base point's (a sharded trace's base is deeper than 1;
     a trace of the full depth has no raised points)."""
-    depths = payload["depth"].values()
-    base = payload["points"][0] if "points" in payload else [1] * len(depths)  # older payloads: depth 1
-    return [full - b for full, b in zip(depths, base, strict=True)]
+    depths = [payload["depth"][k] for k in _knobs(payload)]
+    return [full - b for full, b in zip(depths, payload["points"][0], strict=True)]
 
 
 # --- lines in the batch: what a trace at the two BATCHES records ---------------------------------------
@@ -239,7 +244,7 @@ def _coefficients(payload: dict) -> list[int]:
     """The weight of each depth point in the combination at the model's depths (kept on the payload)."""
     if "_coefficients" not in payload:
         single = len(payload.get("points", payload["n_params"])) == 1  # a trace of the full depth
-        payload["_coefficients"] = [1] if single else coefficients(payload["depth"], _steps(payload))
+        payload["_coefficients"] = [1] if single else coefficients(_knobs(payload), _steps(payload))
     return payload["_coefficients"]
 
 

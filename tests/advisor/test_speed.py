@@ -149,3 +149,22 @@ def test_depth_coefficients_are_exact_for_sums_and_for_layers_times_expert_units
 
     weights = coefficients(knobs, [full - 1 for full in knobs.values()])
     assert sum(w * f(*p) for w, p in zip(weights, points, strict=True)) == f(48, 27, 8)
+
+
+def test_a_cached_payload_reads_as_the_traced_one(tmp_path):
+    """The KB stores a payload with its keys sorted, which put Gemma 3's full-attention kind (10 of its 62
+    layers) before its sliding one (52): the depths were read against the wrong points, and a cached answer
+    differed from the fresh one. The payload carries its knobs' order; a cached answer is the fresh one."""
+    import json
+
+    from advisor.prediction.step import n_params
+
+    payload = {
+        "depth": {"layers@sliding": 52, "layers@full": 10},
+        "knobs": ["layers@sliding", "layers@full"],
+        "points": [[1, 1], [2, 1], [1, 2]],
+        "n_params": [100, 103, 111],  # a sliding block holds 3, a full one 11
+    }
+    stored = json.loads(json.dumps(payload, sort_keys=True))
+    assert list(stored["depth"]) == ["layers@full", "layers@sliding"]  # what the KB gives back
+    assert n_params(stored) == n_params(payload) == 100 + 51 * 3 + 9 * 11

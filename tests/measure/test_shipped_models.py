@@ -65,3 +65,22 @@ def test_gemma_3_answers_at_the_decoders_length_on_text():
     )
     assert (out.question.seq_len, out.question.image_size) == (2048, None)
     assert out.as_dict()["seq_len"] == 2048
+
+
+def test_a_cached_answer_is_the_fresh_one_for_a_model_of_two_knobs(tmp_path):
+    """A mixture of experts is traced on two knobs, its layers and its expert units; the KB stores a payload
+    with its keys sorted ("experts" before "num_hidden_layers"): the answer read back from the cache equals
+    the one just traced (it once read the depths against the wrong points)."""
+    import json
+
+    from advisor.model_ref import shipped_model
+
+    config = json.loads(shipped_model("qwen3-30b-a3b")[1].read_text())
+    config |= {"num_hidden_layers": 3, "hidden_size": 256, "moe_intermediate_size": 64, "num_local_experts": 16,
+               "num_experts_per_tok": 4, "vocab_size": 1024}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    fresh = advisor.fit(str(tmp_path), **NARROW)
+    cached = advisor.fit(str(tmp_path), **NARROW)
+    assert fresh.computed > 0 and cached.computed == 0
+    (a,), (b,) = fresh.rows, cached.rows
+    assert (a.memory_gb, a.step_flops, fresh.n_params) == (b.memory_gb, b.step_flops, cached.n_params)

@@ -778,6 +778,7 @@ class Tracer:
         out = {
             "engine": ENGINE_VERSION,
             "depth": self.knobs,
+            "knobs": list(self.knobs),  # the order of the points' depths (a stored payload's keys are sorted)
             "points": [list(d) for d in points],
             "n_params": [traces[(d, one)].n_params for d in points],
             "trainable": [traces[(d, one)].trainable for d in points],
