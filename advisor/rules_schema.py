@@ -435,7 +435,15 @@ FIT_TOML = table(
                     "learning_rate": req(
                         table(
                             entries=_LEARNING_RATE,
-                            names=("lora", "full", "full_encoder", "full_vision", "full_vlm"),
+                            names=(
+                                "lora",
+                                "full",
+                                "full_encoder",
+                                "full_vision",
+                                "full_vlm",
+                                "dpo",
+                                "reward",
+                            ),
                         )
                     ),
                     "optimizers": table(

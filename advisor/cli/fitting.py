@@ -25,6 +25,7 @@ from advisor.cli.params import (
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.question import FitRequest
+from advisor.prediction.step import METHODS, REFERENCES
 from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 
@@ -37,6 +38,8 @@ from advisor.rules import load_rules
 @names_option("--strategy", "strategies", "strategy", help_of(FitRequest, "strategies"))
 @menu_options
 @declared_option(FitRequest, "mfu", type=FiniteFloat(min=0, max=1, min_open=True))
+@declared_option(FitRequest, "method", type=click.Choice(METHODS))
+@declared_option(FitRequest, "reference", type=click.Choice(REFERENCES))
 @click.option(
     "--all",
     "show_all",
@@ -99,6 +102,7 @@ def fit_command(
         advisor fit --model qwen2.5-7b --gpu A100-80GB --adapter lora --lora-r 64 --seq-len 4096 --verbose
         advisor fit --model ./my-model --gpu H100 --code
         advisor fit --model llama-3.1-70b --gpu H100 --gpus 8 --json
+        advisor fit --model qwen3-8b --gpu RTX4090 --gpus 2 --method dpo
         advisor fit --list-models
     """
     rules = load_rules()

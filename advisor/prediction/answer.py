@@ -46,6 +46,7 @@ from advisor.prediction.step import (
     n_params,
     optimizer_traffic,
     peak_total,
+    phase_peaks,
     step_flops,
     tensor_peak,
     trainable,
@@ -133,6 +134,7 @@ class FitAnswer:
             "image_size": q.image_size,
             "accumulation_steps": q.accumulation_steps,  # as asked (None: what reaches the effective batch)
             "effective_batch": {"samples": q.effective_batch, "source": q.effective_source},
+            "method": {"name": q.method, "reference": q.reference, "sequences_per_sample": q.rows_per_sample},
             "gpus": q.gpus,
             "nodes": q.nodes,
             "attention": q.attention,
@@ -323,7 +325,7 @@ def _row(
         flops,
         step_s,
         samples,
-        samples * q.seq_len if samples and q.seq_len else None,
+        samples * q.seq_len * q.rows_per_sample if samples and q.seq_len else None,
         trained,
         host / 1e9,
         code_of,
@@ -339,6 +341,7 @@ def _row(
         k,
         rate,
         lambda micro, window: _row(q, c, traced, rules, use, trades, tuned, (micro, window)),
+        {p: v / 1e9 for p, v in phase_peaks(payload, b).items()},
     )
 
 

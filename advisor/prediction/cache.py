@@ -78,6 +78,7 @@ def _key(shared: str, q: Question, config: Config, soft: dict, package, modelled
         "offload": config.offload,
         "sharding": config.sharding,
         **{k: v for k, v in q.adapter_of(config.adapter).key().items() if k != "alpha"},  # alpha: no memory
+        **q.method_of(config.adapter).key(),  # nothing for Trainer's step: its keys as they always were
         "modelled": modelled,
         **{k: soft[k] for k in sorted(_libraries(config, package))},
     }
@@ -142,6 +143,7 @@ class PredictionCache:
                         "offload": c.offload,
                         "sharding": c.sharding,
                         "attention": q.traced_attention,
+                        **q.method_of(c.adapter).key(),
                     },
                 },
             }
@@ -242,6 +244,8 @@ def traced_models(conn: sqlite3.Connection) -> list[Traced]:
         traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device))
         payload = json.loads(text)
         what = payload.get("configuration") or {}
+        if "method" in what:  # TRL's step: the report shows Trainer's
+            continue
         adapter = what.get("adapter", FULL)
         offload, sharding = what.get("offload", "none"), what.get("sharding", "none")
         config = Config(adapter["adapter"], dtype, optimizer, strategy, offload, sharding)

@@ -12,7 +12,18 @@ from advisor.errors import InputError
 from advisor.fields import option
 from advisor.model_ref import ResolvedModel
 from advisor.prediction import accelerators
-from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS, Adapter, Config
+from advisor.prediction.step import (
+    ADAPTERS,
+    ATTENTIONS,
+    DTYPES,
+    METHODS,
+    OFFLOADS,
+    REFERENCES,
+    SHARDINGS,
+    Adapter,
+    Config,
+    Method,
+)
 from advisor.rules import Accelerator, Rules
 
 # FSDP's default strategies (Menu.strategies): Trainer's own checkpointing (fsdp_config's, on or off), with and
@@ -116,6 +127,19 @@ class FitRequest:
         "Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else "
         "0.35).",
     )
+    method: str = option(
+        "trainer",
+        "The training step: trainer (Trainer on the model's own loss), sft (TRL's SFTTrainer: its chunked "
+        "log-probabilities, no full logits), dpo (TRL's DPOTrainer: chosen and rejected in one forward, the "
+        "reference's forward without gradients), reward (TRL's RewardTrainer: a one-label classifier on pairs). "
+        "With dpo and reward, --batch-size and --effective-batch count pairs.",
+    )
+    reference: str | None = option(
+        None,
+        "DPO's reference: model (a frozen copy in memory), adapter (the base with the adapter off: no extra "
+        "weights; LoRA and QLoRA only), precomputed (log-probabilities computed before training). Default: model "
+        "for full fine-tuning, adapter for LoRA and QLoRA.",
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +162,8 @@ class Question:
     nodes: int = 1
     effective_batch: int = 16  # samples per optimizer step over every rank that a recipe reaches
     effective_source: str = ""  # where that figure comes from: --effective-batch, or the rules' default
+    method: str = "trainer"  # trainer | sft | dpo | reward (step.py METHODS)
+    reference: str | None = None  # DPO's reference as asked; None: per adapter (method_of)
 
     @property
     def world(self) -> int:
@@ -148,6 +174,11 @@ class Question:
     def device(self) -> str:
         """cuda | cpu: which optimizer implementations and overheads apply."""
         return "cpu" if self.accelerator is not None and self.accelerator.key == "cpu" else "cuda"
+
+    @property
+    def rows_per_sample(self) -> int:
+        """Sequences a sample is: a preference pair's two (DPO, reward), else one."""
+        return 2 if self.method in ("dpo", "reward") else 1
 
     @property
     def traced_attention(self) -> str:
@@ -165,6 +196,13 @@ class Question:
     def adapter_of(self, kind: str) -> Adapter:
         """The adapter a configuration's `adapter` names, with the question's LoRA settings."""
         return Adapter() if kind == "full" else replace(self.lora, kind=kind)
+
+    def method_of(self, adapter: str) -> Method:
+        """The step a configuration trains with: DPO's reference as asked, else the copy for full fine-tuning
+        and the disabled adapter for LoRA and QLoRA (what DPOTrainer does without a ref_model)."""
+        if self.method != "dpo":
+            return Method(self.method)
+        return Method("dpo", self.reference or ("model" if adapter == "full" else "adapter"))
 
 
 def question(
@@ -186,6 +224,7 @@ def question(
     lora = _lora(options)
     _check_attention(options, acc)
     seq_len, image_size = _shape(model, options)
+    _check_method(options, model)
     configs, left_out = Menu(options, rules, acc).configs()
     return Question(
         model,
@@ -203,7 +242,42 @@ def question(
         options.gpus,
         options.nodes,
         *_effective(options, model, rules),
+        options.method,
+        options.reference,
     )
+
+
+def _check_method(options: FitRequest, model: ResolvedModel) -> None:
+    """A method and a reference that apply to the model and to what trains; TRL installed for TRL's."""
+    if options.method not in METHODS:
+        raise InputError(f"unknown method {options.method!r}. Choose from: {', '.join(METHODS)}.", "--method")
+    if options.reference is not None:
+        if options.method != "dpo":
+            raise InputError("--reference is DPO's: add --method dpo, or drop --reference.", "--reference")
+        if options.reference not in REFERENCES:
+            raise InputError(
+                f"unknown reference {options.reference!r}. Choose from: {', '.join(REFERENCES)}.",
+                "--reference",
+            )
+        if options.reference == "adapter" and set(options.adapters or ()) == {"full"}:
+            raise InputError(
+                "--reference adapter disables a LoRA adapter: with --adapter full, use --reference model or "
+                "precomputed.",
+                "--reference",
+            )
+    if options.method == "trainer":
+        return
+    if model.family.name != "decoder":
+        raise InputError(
+            f"--method {options.method} trains a causal language model with TRL; {model.name} is a "
+            f"{model.family.name} model: drop --method (Trainer's step).",
+            "--method",
+        )
+    if find_spec("trl") is None:
+        raise InputError(
+            f"--method {options.method} traces TRL's own trainer: pip install 'advisor[trainer]' (trl).",
+            "--method",
+        )
 
 
 class Menu:
@@ -221,7 +295,9 @@ class Menu:
             for adapter in self.adapters():
                 for dtype in self.dtypes(adapter):
                     for optimizer in self.optimizers(adapter):
-                        reason = refused(sharding, adapter, dtype, optimizer, self.rules)
+                        reason = refused(sharding, adapter, dtype, optimizer, self.rules) or self._copy(
+                            sharding, adapter
+                        )
                         if reason:
                             why.append(reason)
                             continue
@@ -348,8 +424,24 @@ class Menu:
                 "--optimizer",
             )
 
+    def _reference_copy(self, adapter: str) -> bool:
+        """DPO with its reference as a frozen copy of the model, for this adapter."""
+        default = "model" if adapter == "full" else "adapter"
+        return self.o.method == "dpo" and (self.o.reference or default) == "model"
+
+    def _copy(self, sharding: str, adapter: str) -> str | None:
+        """Why DPO's frozen reference copy is not predicted under a sharding (None: it is)."""
+        if sharding.startswith("zero") and self._reference_copy(adapter):
+            return (
+                "DPO's reference copy is predicted on one GPU, under DDP and FSDP, not ZeRO (or --reference "
+                "adapter / precomputed)"
+            )
+        return None
+
     def offloads(self, adapter: str, dtype: str, optimizer: str, sharding: str = "none") -> tuple[str, ...]:
         hostable = self.rules.optimizer_info[optimizer].offload and not self.cpu
+        if self._reference_copy(adapter):  # its offloaded step is not composed with the copy
+            hostable = False
         applies = {
             "none": ("optimizer",) if adapter == "full" and dtype in OFFLOAD_DTYPES and hostable else (),
             "zero2": ("optimizer",) if hostable else (),

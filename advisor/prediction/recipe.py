@@ -76,7 +76,7 @@ def learning_rate(q: Question, c: Config, rules: Rules, tuned: dict | None = Non
     it has one (`tuned`, from `rates_tuned`), else the default of its adapter and family, scaled or replaced
     for an optimizer whose authors say so (rules/fit.toml [recipe.learning_rate], [recipe.optimizers])."""
     recipe = rules.fit["recipe"]
-    base = _default(recipe["learning_rate"], c.adapter, q.model.family.name)
+    base = _default(recipe["learning_rate"], c.adapter, q.model.family.name, q.method)
     free = c.optimizer.startswith("schedule_free")  # it schedules (and warms up) itself: a constant rate
     schedule, warmup = ("constant", 0.0) if free else (base["schedule"], base["warmup_ratio"])
     found = (tuned or {}).get(
@@ -100,8 +100,11 @@ def learning_rate(q: Question, c: Config, rules: Rules, tuned: dict | None = Non
     return LearningRate(float(f"{lr:.3g}"), schedule, warmup, source, short, False, base["lr"])
 
 
-def _default(table: dict, adapter: str, family: str) -> dict:
-    """The learning-rate record for an adapter (lora, qlora: 'lora') or full fine-tuning of a family."""
+def _default(table: dict, adapter: str, family: str, method: str = "trainer") -> dict:
+    """The learning-rate record for a TRL method with a default of its own (dpo, reward), else for an adapter
+    (lora, qlora: 'lora') or full fine-tuning of a family."""
+    if method in table:
+        return table[method]
     if adapter != "full":
         return table["lora"]
     return table.get(f"full_{family}", table["full"])

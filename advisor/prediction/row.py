@@ -43,6 +43,7 @@ class Row:
     accumulation_steps: int = 1  # micro-batches per optimizer step
     rate: LearningRate | None = None  # the learning rate and schedule the code starts from
     repriced: Callable[[int, int], Row] | None = field(default=None, repr=False, compare=False)
+    phases_gb: dict[str, float] = field(default_factory=dict)  # each phase's peak of tensors (GB), by name
 
     def at(self, batch_size: int, accumulation_steps: int) -> Row:
         """The same configuration priced at another micro-batch and accumulation (to compare two rows alike)."""
@@ -126,6 +127,7 @@ class Row:
             ),
             "launch": self.launch,
             "peak_phase": self.peak_phase,
+            "phases_gb": {p: round(v, 4) for p, v in self.phases_gb.items()},
             "step_flops": self.step_flops,
             "predicted_step_s": self.predicted_step_s,
             "samples_per_s": self.throughput,

@@ -39,6 +39,9 @@ def training_code(
     """The configuration as TrainingArguments (a dict, for --json) and the Python that trains it at its
     recipe (micro-batch, accumulation, learning rate); for several accelerators, its launch as a header."""
     args = training_arguments(q, c, rules, recipe)
+    trl = TRL.get(q.method)
+    if trl:
+        return args, _trl_code(q, c, adapter, rules, recipe, launched, args, trl)
     auto = AUTO_CLASS.get(q.model.family.name, "AutoModel")
     text = q.model.family.name in TEXT_COLLATOR and q.seq_len is not None  # its data defined here
     lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
@@ -67,29 +70,104 @@ def training_code(
     lines += _load(q, c, adapter, auto)
     if c.strategy == "selective-checkpointing":
         lines += SELECTIVE
-    if adapter.kind != "full":
-        targets = list(adapter.targets) if adapter.targets else "all-linear"
-        keep = ", autocast_adapter_dtype=False" if c.dtype == "bf16" else ""  # pure bf16: bf16 adapters too
-        lines.append(
-            f"model = get_peft_model(model, LoraConfig(r={adapter.r}, lora_alpha={adapter.alpha}, "
-            f"target_modules={targets!r}){keep})"
-        )
+    lines += _adapted(c, adapter)
     if "parallelism_config" in args:  # HSDP: accelerate's object, from its fields
         lines.insert(1, "from accelerate.parallelism_config import ParallelismConfig")
     if c.sharding != "zero3":
         lines += _arguments(args)
     data = "train_dataset=train_dataset" + (", data_collator=collator" if text else "")
+    lines += _trainer("Trainer", data, info, recipe)
+    return args, "\n".join(lines)
+
+
+def _adapted(c: Config, adapter: Adapter, scores: bool = False) -> list[str]:
+    """peft's LoRA on the loaded model (nothing for full fine-tuning); a reward model's score head trained
+    whole beside it (peft's SEQ_CLS task)."""
+    if adapter.kind == "full":
+        return []
+    targets = list(adapter.targets) if adapter.targets else "all-linear"
+    keep = ", autocast_adapter_dtype=False" if c.dtype == "bf16" else ""  # pure bf16: bf16 adapters too
+    task = ', task_type="SEQ_CLS"' if scores else ""
+    return [
+        f"model = get_peft_model(model, LoraConfig(r={adapter.r}, lora_alpha={adapter.alpha}, "
+        f"target_modules={targets!r}{task}){keep})"
+    ]
+
+
+def _trainer(trainer: str, data: str, info, recipe: Recipe) -> list[str]:
+    """The trainer made and run: with the optimizer as an object where Trainer has no name for it."""
     if info.trainer is None:
         code = info.code.replace("ADAMW_LR", repr(recipe.rate.adamw_lr)).replace("LR", repr(recipe.rate.lr))
-        lines += [
+        return [
             *(line for name, body in DEFINITIONS.items() if code.startswith(name) for line in body),
             f"optimizer = {code}",
-            f"trainer = Trainer(model=model, args=args, {data}, optimizers=(optimizer, None))",
+            f"trainer = {trainer}(model=model, args=args, {data}, optimizers=(optimizer, None))",
+            "trainer.train()",
         ]
-    else:
-        lines.append(f"trainer = Trainer(model=model, args=args, {data})")
-    lines.append("trainer.train()")
-    return args, "\n".join(lines)
+    return [f"trainer = {trainer}(model=model, args=args, {data})", "trainer.train()"]
+
+
+# TRL's trainers by method: their config and trainer classes, and the columns of the data each reads
+TRL = {
+    "sft": ("SFTConfig", "SFTTrainer", '"text" (or "prompt" and "completion")'),
+    "dpo": ("DPOConfig", "DPOTrainer", '"prompt", "chosen" and "rejected"'),
+    "reward": ("RewardConfig", "RewardTrainer", '"chosen" and "rejected"'),
+}
+
+
+def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, launched, args, trl) -> str:
+    """A TRL script: the user's data as the method reads it (TRL tokenizes it, cut to the priced length),
+    the model as loaded and adapted for Trainer, TRL's config with every setting TRL defaults otherwise
+    (checkpointing on, bf16 on) said as priced, and its trainer."""
+    config, trainer, columns = trl
+    reward = q.method == "reward"
+    auto = "AutoModelForSequenceClassification" if reward else AUTO_CLASS["decoder"]
+    args = {
+        **args,
+        "activation_checkpointing": args.get("activation_checkpointing", False),
+        "bf16": args.get("bf16", False),
+        "max_length": "MAX_LENGTH",
+    }
+    if q.method == "dpo" and q.method_of(c.adapter).reference == "precomputed":
+        args["precompute_ref_log_probs"] = True
+    lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
+    lines.append("from datasets import load_dataset")
+    if adapter.kind != "full":
+        lines.append("from peft import LoraConfig, get_peft_model")
+    imports = [auto, "AutoTokenizer"] + (["BitsAndBytesConfig"] if adapter.kind == "qlora" else [])
+    lines.append(f"from transformers import {', '.join(sorted(imports))}")
+    lines.append(f"from trl import {config}, {trainer}")
+    info = rules.optimizer_info[c.optimizer]
+    if info.imports:
+        lines.append(info.imports)
+    lines += [
+        "",
+        f"MAX_LENGTH = {q.seq_len}  # tokens a sequence, as priced: TRL cuts longer ones to it",
+        f'DATA = "train.jsonl"  # your data: a JSON-lines file with columns {columns}, or a Hub dataset id',
+        "",
+        f"tokenizer = AutoTokenizer.from_pretrained({q.model.hub_id!r})",
+        "tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token",
+        'data = load_dataset("json", data_files=DATA) if DATA.endswith((".json", ".jsonl")) else load_dataset(DATA)',
+        'train_dataset = data["train"]',
+        "",
+    ]
+    if c.sharding == "zero3":
+        lines += _arguments(args, config)
+    loaded = _load(q, c, adapter, auto)
+    if reward:  # one score a sequence, read at its last token: found by the pad token
+        loaded = loaded[:-1] + [
+            "    num_labels=1,",
+            ")",
+            "model.config.pad_token_id = tokenizer.pad_token_id",
+        ]
+    lines += (
+        loaded + (SELECTIVE if c.strategy == "selective-checkpointing" else []) + _adapted(c, adapter, reward)
+    )
+    if c.sharding != "zero3":
+        lines += _arguments(args, config)
+    return "\n".join(
+        lines + _trainer(trainer, "train_dataset=train_dataset, processing_class=tokenizer", info, recipe)
+    )
 
 
 # The families whose data the code defines: text, tokenized and cut to the priced length, and the collator
@@ -196,9 +274,10 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
     )
     shares = f" ({_one_line(q.model.architecture_of)}'s architecture)" if q.model.architecture_of else ""
     length = f" of {q.seq_len:,} tokens" if q.seq_len else ""
+    samples = "pairs (chosen and rejected)" if q.rows_per_sample == 2 else "samples"
     out = [
         f"# train.py: {_one_line(q.model.name)}{shares}, {recipe.batch_size * recipe.accumulation_steps * q.world} "
-        f"samples{length} per optimizer step ({step}).",
+        f"{samples}{length} per optimizer step ({step}).",
         f"# Learning rate {rate.lr:g}, {rate.schedule} after {rate.warmup_ratio:.0%} warmup: {_one_line(rate.short)}"
         + ("." if rate.tuned else ", not tuned for this model."),
     ]
@@ -251,9 +330,11 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
     return out + [")"]
 
 
-def _arguments(args: dict) -> list[str]:
-    """The snippet's `args = TrainingArguments(...)`, one keyword a line, from the dict keyword_arguments reads."""
-    return ["args = TrainingArguments("] + [f"    {k}={_literal(k, v)}," for k, v in args.items()] + [")"]
+def _arguments(args: dict, config: str = "TrainingArguments") -> list[str]:
+    """The snippet's `args = TrainingArguments(...)` (or TRL's config), one keyword a line, from the dict
+    keyword_arguments reads (MAX_LENGTH: the script's constant)."""
+    body = [f"    {k}={v if v == 'MAX_LENGTH' else _literal(k, v)}," for k, v in args.items()]
+    return [f"args = {config}("] + body + [")"]
 
 
 def _literal(key: str, value) -> str:

@@ -23,6 +23,8 @@ ADAPTERS = ("full", "lora", "qlora")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")  # none: one accelerator
 ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
+METHODS = ("trainer", "sft", "dpo", "reward")  # the step traced: Trainer's own loss, or TRL's trainers
+REFERENCES = ("model", "adapter", "precomputed")  # where DPO's reference log-probabilities come from
 BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
 
 
@@ -47,6 +49,29 @@ class Adapter:
         if self.kind == "lora":
             out.pop("base_bits")
         return out
+
+
+@dataclass(frozen=True)
+class Method:
+    """The step a configuration trains with: `trainer`, a Hugging Face Trainer step on the model's own loss
+    (full logits); TRL's `sft` (SFTTrainer: the same batch, TRL's chunked log-probabilities instead of the
+    logits); `dpo` (DPOTrainer: chosen and rejected in one forward of 2 x the micro-batch, then the
+    reference's forward without gradients, from `reference`); `reward` (RewardTrainer: a one-label
+    sequence-classification head scoring both of each pair)."""
+
+    kind: str = "trainer"  # trainer | sft | dpo | reward
+    reference: str | None = None  # dpo: model (a frozen copy) | adapter (the base, adapter off) | precomputed
+
+    @property
+    def pairs(self) -> bool:
+        """Each sample is a pair (chosen, rejected) run as two rows of one batch."""
+        return self.kind in ("dpo", "reward")
+
+    def key(self) -> dict:
+        """What a prediction of this method depends on (nothing for Trainer's step: the keys it always had)."""
+        if self.kind == "trainer":
+            return {}
+        return {"method": self.kind, **({"reference": self.reference} if self.kind == "dpo" else {})}
 
 
 @dataclass(frozen=True, order=True)
@@ -214,6 +239,17 @@ def peak_total(payload: dict, batch: int) -> float:
     """The step's peak of live tensor bytes at a micro-batch size: `tensor_peak`'s total, without its
     breakdown (the max-batch search calls it a few dozen times per configuration)."""
     return max(_phase_totals(payload, batch), default=0.0)
+
+
+def phase_peaks(payload: dict, batch: int) -> dict[str, float]:
+    """Each phase's peak of live tensor bytes at a micro-batch size, a phase of every micro-batch as one
+    ('backward0', 'backward1' -> 'backward'; 'optimizer_step' kept): what an answer names per phase."""
+    out: dict[str, float] = {}
+    for phase, total in zip(payload["phases"], _phase_totals(payload, batch), strict=True):
+        name = phase.rstrip("0123456789")
+        out[name] = max(out.get(name, 0.0), total)
+    order = ("forward", "reference", "backward", "optimizer_step")  # a stored payload's phases come sorted
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 def _phase_totals(payload: dict, batch: int) -> list[float]:

@@ -130,6 +130,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
         head.append(f" (text alone: --image-size {q.model.image_size} adds an image)")
     head.append(f" · {q.image_size} px images" if q.image_size and not q.seq_len else "")
     head.append(f" · attention {answer.attention}\n" if verbose else "\n")
+    method = method_line(answer)
+    head.append(f"{method}\n" if method else "")
     if pick:
         lever = answer.pick_lever
         if lever is not None:
@@ -170,6 +172,39 @@ def _fit_head(answer, verbose: bool) -> Panel:
     more = f" · {listed} of {n} shown (--all for every one)" if verbose and listed < n else ""
     head.append(f" · {cache}{more}", style="dim")
     return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
+
+
+METHOD_WORDS = {
+    "sft": "TRL's SFTTrainer (chunked log-probabilities: no full logits)",
+    "dpo": "TRL's DPOTrainer (a pair's chosen and rejected in one forward: 2 sequences a sample)",
+    "reward": "TRL's RewardTrainer (a one-label classifier on pairs: 2 sequences a sample)",
+}
+REFERENCE_WORDS = {
+    "model": "a frozen copy of the model in memory",
+    "adapter": "the base with the adapter off (no weights of its own)",
+    "precomputed": "log-probabilities precomputed before training",
+}
+
+
+def method_line(answer) -> str | None:
+    """The training method when it is TRL's, with DPO's reference and the pick's figure per phase."""
+    q = answer.question
+    if q.method == "trainer":
+        return None
+    line = METHOD_WORDS[q.method]
+    pick = answer.pick
+    if q.method == "dpo":
+        kind = pick.adapter.kind if pick else None
+        reference = q.reference or ("model" if kind == "full" else "adapter" if kind else None)
+        line += (
+            f"; reference: {REFERENCE_WORDS[reference]}"
+            if reference
+            else "; reference: a frozen copy (full) or the base with the adapter off (LoRA)"
+        )
+    if pick and pick.phases_gb:
+        phases = " · ".join(f"{p.replace('_', ' ')} {gib(v):.1f}" for p, v in pick.phases_gb.items())
+        line += f"\nThe pick's tensors per phase, GiB: {phases}"
+    return line
 
 
 def _batch(row) -> str:

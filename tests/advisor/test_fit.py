@@ -292,6 +292,26 @@ def test_gpu_names_as_people_type_them():
         (["--model", QWEN, "--gpu", "T4", "--lora-alpha", "-2"], 2, "--lora-alpha"),
         (["--model", QWEN, "--gpu", "T4", "--base-bits", "2"], 2, "--base-bits"),
         (["--model", QWEN, "--gpu", "T4", "--attention", "flash3"], 2, "--attention"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "ppo"], 2, "--method"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "dpo", "--reference", "policy"], 2, "--reference"),
+        (["--model", QWEN, "--gpu", "T4", "--reference", "model"], 2, "add --method dpo"),
+        (
+            [
+                "--model",
+                QWEN,
+                "--gpu",
+                "T4",
+                "--method",
+                "dpo",
+                "--adapter",
+                "full",
+                "--reference",
+                "adapter",
+            ],
+            2,
+            "with --adapter full",
+        ),
+        (["--model", "vit", "--gpu", "T4", "--method", "sft"], 2, "causal language model"),
         (["--model", QWEN, "--gpu", "T4", "--offload", "disk"], 2, "--offload"),
         (
             ["--model", QWEN, "--gpu", "H100", "--adapter", "qlora", "--dtype", "fp32"],
@@ -542,3 +562,27 @@ def test_a_mixture_of_experts_on_one_gpu_is_not_picked_with_sgd(invoke):
     levers = {x["lever"]: x for x in out["levers"]}
     assert {"8-bit states", "attention-only LoRA", "QLoRA", "a second GPU"} <= set(levers)
     assert all(x["configuration"] for x in levers.values())
+
+
+@pytest.mark.slow
+def test_dpo_answers_the_trade_of_a_reference_copy_against_the_disabled_adapter(invoke, tmp_path):
+    """DPO on two GPUs: full fine-tuning holds a frozen copy (not predicted under ZeRO: left out, said), LoRA
+    disables its adapter; the answer names TRL's trainer, the reference and the pick's figure per phase, and
+    the JSON counts pairs' two sequences in tokens/s."""
+    args = ["--model", QWEN, "--gpu", "RTX4090", "--gpus", "2", "--method", "dpo", "--seq-len", "512"]
+    args += ["--optimizer", "adamw", "--strategy", "checkpointing", "--db", tmp_path / "kb.sqlite"]
+    shown = invoke("fit", *args)
+    assert shown.exit_code == 0, shown.output
+    assert "TRL's DPOTrainer" in shown.output and "per phase" in shown.output
+    data = json.loads(invoke("fit", *args, "--json", "--all").output)
+    assert data["method"] == {"name": "dpo", "reference": None, "sequences_per_sample": 2}
+    rows = data["configurations"]
+    full = [r for r in rows if r["adapter"] == "full"]
+    lora = [r for r in rows if r["adapter"] == "lora"]
+    assert full and lora and not any(r["sharding"].startswith("zero") for r in full)
+    assert all("reference" in r["phases_gb"] for r in full + lora)
+    one = next(r for r in full if r["sharding"] == "ddp")
+    twin = next(r for r in lora if r["sharding"] == "ddp")
+    # the copy's weights: fp32 under mixed precision, on every DDP rank, beyond LoRA's frozen bf16 base
+    assert one["memory_gb"]["parameters"] > 2 * twin["memory_gb"]["parameters"]
+    assert "DPOTrainer(" in one["code"] and "precompute_ref_log_probs" not in one["code"]

@@ -297,3 +297,70 @@ def test_hsdp_arguments_carry_accelerates_object_as_printed():
     assert isinstance(made, ParallelismConfig) and (made.dp_replicate_size, made.dp_shard_size) == (2, 8)
     assert args["parallelism_config"] == {"dp_replicate_size": 2, "dp_shard_size": 8}
     assert "from accelerate.parallelism_config import ParallelismConfig" in code
+
+
+# The columns each TRL method reads, as a user's train.jsonl holds them (four rows, words the tokenizer knows)
+def _words(i: int, n: int) -> str:
+    return " ".join(f"w{(i * 7 + j) % 50}" for j in range(n))
+
+
+TRL_ROWS = {
+    "sft": [{"text": _words(i, 12 + i)} for i in range(4)],
+    "dpo": [
+        {"prompt": _words(i, 4), "chosen": _words(i + 1, 6), "rejected": _words(i + 2, 5)} for i in range(4)
+    ],
+    "reward": [{"chosen": _words(i, 8), "rejected": _words(i + 3, 7)} for i in range(4)],
+}
+TRL_RUNNER = """
+import os, sys, json, warnings
+warnings.simplefilter("error")
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+# TRL 1.16's own: DPOTrainer's reference forward turns checkpointing off by transformers' deprecated names
+warnings.filterwarnings("ignore", message="`gradient_checkpointing_(dis|en)able` is deprecated", category=FutureWarning)
+scripts = json.load(open(sys.argv[1]))
+os.chdir(sys.argv[2])
+for key, (code, rows) in scripts.items():
+    with open("train.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\\n" for r in rows)
+    exec(compile(code, key, "exec"), {})
+    print("ran", key, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_printed_trl_scripts_train_a_tiny_model_on_their_columns(invoke, tiny_model, tmp_path):
+    """SFT, DPO (the reference a frozen copy, the disabled adapter, precomputed) and a reward model: each
+    printed TRL script trains the tiny model on a train.jsonl with its method's columns, warnings as errors."""
+    db = tmp_path / "kb.sqlite"
+    asked = [
+        ("sft", "full", None, "checkpointing"),
+        ("sft", "lora", None, "accumulation"),
+        ("dpo", "full", None, "standard"),
+        ("dpo", "lora", None, "checkpointing"),
+        ("dpo", "full", "precomputed", "standard"),
+        ("reward", "lora", None, "standard"),
+        ("reward", "full", None, "accumulation"),
+    ]
+    scripts = {}
+    for method, adapter, reference, strategy in asked:
+        extra = ["--reference", reference] if reference else []
+        result = invoke(
+            "fit", "--model", tiny_model, "--gpu", "cpu", "--seq-len", "16", "--method", method,
+            "--adapter", adapter, "--optimizer", "adamw", "--strategy", strategy, *extra, "--json", "--db", db,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)["configurations"]
+        code = rows[0]["code"]
+        assert "advisor" not in code.replace("advisor fit", ""), code
+        assert "MAX_LENGTH = 16" in code and "max_length=MAX_LENGTH" in code
+        scripts[f"{method}/{adapter}/{reference}/{strategy}"] = (code, TRL_ROWS[method])
+    (tmp_path / "scripts.json").write_text(json.dumps(scripts))
+    run = subprocess.run(
+        [sys.executable, "-c", TRL_RUNNER, str(tmp_path / "scripts.json"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.count("ran ") == len(scripts)

@@ -62,6 +62,15 @@ from advisor.measuring.tracer.fsdp import (
     shard,
     sharded_points,
 )
+from advisor.measuring.tracer.methods import (
+    batch_of,
+    configured,
+    model_class,
+    prepare,
+    prepare_reference,
+    step_loss,
+    trl_kernels,
+)
 from advisor.measuring.tracer.tracing import (
     InputValues,
     LiveBytes,
@@ -78,6 +87,7 @@ from advisor.prediction.step import (
     EXPERTS,
     Adapter,
     Config,
+    Method,
     coefficients,
     depth_points,
     envelope,
@@ -91,6 +101,7 @@ SUB_CONFIGS = ("text_config", "vision_config")
 TRACE_LR = 1e-3  # the rate never changes memory or FLOPs
 HALF = {"bf16-mixed": "bf16"}  # a mixed precision whose optimizer can be offloaded: its device half
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+PHASES = ("forward", "reference", "backward")  # a micro-batch's traced phases, in order (reference: DPO's)
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,7 @@ class Spec:
     adapter: Adapter = field(default_factory=Adapter)
     attention: str = "sdpa"  # sdpa | eager
     images: bool = True  # a model that takes images given one (False: a text-first VLM on text alone)
+    method: Method = field(default_factory=Method)  # Trainer's step, or TRL's (methods.py)
 
 
 def precision(spec: Spec) -> tuple[torch.dtype, torch.dtype | None]:
@@ -274,36 +286,42 @@ def cuda_kernels(spec: Spec):
         yield
 
 
-def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None):
+def build(spec: Spec, config, mode, checkpointing: str | None = None, mesh=None, frozen: bool = False):
     """The model under fake tensors, weights uninitialised (their values never matter), quantized and adapted
-    as the spec says, with the checkpointing asked for ('full', 'selective' or None), in train mode; with a
-    device mesh, built on the meta device and sharded as FSDP2 (advisor/measuring/tracer/fsdp.py), then materialized."""
+    as the spec says, with the checkpointing asked for ('full', 'selective' or None), in train mode, as the
+    method's trainer prepares it; with a device mesh, built on the meta device and sharded as FSDP2
+    (advisor/measuring/tracer/fsdp.py), then materialized. `frozen`: DPO's reference model (the policy's
+    weights as loaded, quantized under QLoRA, no adapter, nothing trains, in eval mode)."""
     weights, half = precision(spec)
-    config = copy.deepcopy(
-        config
-    )  # from_config keeps the object, and checkpointing changes it: never share one
+    # from_config keeps the object, and checkpointing changes it: never share one
+    config = configured(spec, copy.deepcopy(config))
     kwargs = experts_of(spec, config, sharded=mesh is not None)
     meta = _on_meta() if mesh is not None else nullcontext()
     with mode, meta, mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None):
         try:
             model = from_config(
-                spec.family.model_class(), config, dtype=weights, attn_implementation=spec.attention, **kwargs
+                model_class(spec), config, dtype=weights, attn_implementation=spec.attention, **kwargs
             )
         except (ValueError, ImportError):  # an architecture without SDPA support: its eager attention
             model = from_config(
-                spec.family.model_class(), config, dtype=weights, attn_implementation="eager", **kwargs
+                model_class(spec), config, dtype=weights, attn_implementation="eager", **kwargs
             )
     if spec.adapter.kind == "qlora":
         quantize(model, spec.adapter.base_bits, half or weights, mode)
-    if checkpointing:
-        enable_checkpointing(model, selective=checkpointing == "selective")
-    if spec.adapter.kind != "full":
-        model = adapted(model, spec.adapter, spec.dtype, mode)
+    if frozen:
+        prepare_reference(model)
+    else:
+        if checkpointing:
+            enable_checkpointing(model, selective=checkpointing == "selective")
+        if spec.adapter.kind != "full":
+            model = adapted(model, spec.adapter, spec.dtype, mode)
+        prepare(spec, model)
     if mesh is not None:
         with mode:
             shard(model, mesh, spec.dtype)
             model.to_empty(device="cpu")
-    model.train()
+    if not frozen:
+        model.train()
     return model
 
 
@@ -375,6 +393,7 @@ class Trace:
     grad_bytes: int = 0  # the gradients of what trains, as held
     structure: dict = field(default_factory=dict)  # hidden size, largest module, root parameters
     graded: frozenset[str] = frozenset()  # the parameters that got a gradient (a VLM's unused tower does not)
+    reference_bytes: int = 0  # DPO's reference model, held through the step (its optimizer step included)
 
 
 def trace_window(
@@ -420,25 +439,30 @@ def trace_windows(
         fake_tensors(_has_experts(config)) as (mode, values),
     ):
         if sharded and warm_up is not None:
-            real = spec.family.fit_batch(config, batch_sizes[0], spec.seq_len, spec.image_size, spec.images)
+            real = batch_of(spec, config, batch_sizes[0])
             _warm_up(spec, build(spec, warm_up, mode, checkpointing, mesh), real, mode, values)
         model = build(spec, config, mode, checkpointing, mesh)
+        reference = _reference(spec, config, mode, mesh)
         for batch_size in batch_sizes:  # one model serves each: checked equal to one built for each, op by op
             for p in model.parameters():
                 p.grad = None
-            real = spec.family.fit_batch(config, batch_size, spec.seq_len, spec.image_size, spec.images)
+            real = batch_of(spec, config, batch_size)
             tracker = ShardedLiveBytes if sharded else LiveBytes
             live = tracker(timeline=True, flops=True, values=values)  # the input values' work done in it
             handles = live.track_module(model)
+            if reference is not None:
+                live.track_module(reference, gradients=False)
             flops = []
-            with mode, live, kernels(spec), cuda_kernels(spec):
+            with mode, live, kernels(spec), cuda_kernels(spec), trl_kernels(spec):
                 for i in range(1 if derive else micro_batches):
                     batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
                     for t in batch.values():
                         live.track(t, "activations")
                     live.start(f"forward{i}")
                     with autocast(spec) if not sharded else nullcontext():  # FSDP casts by its policy
-                        loss = model(**batch).loss
+                        loss = step_loss(
+                            spec, model, reference, batch, lambda p, i=i, live=live: live.start(f"{p}{i}")
+                        )
                     live.start(f"backward{i}")
                     loss.backward()
                     del loss, batch
@@ -447,6 +471,8 @@ def trace_windows(
             for h in handles:
                 h.remove()
             out[batch_size] = _traced(spec, config, model, live, real, flops[0], derive)
+            if reference is not None:
+                out[batch_size] = replace(out[batch_size], reference_bytes=_held_bytes(reference))
     return out
 
 
@@ -462,7 +488,7 @@ def _traced(spec: Spec, config, model, live: LiveBytes, real: dict, flops: int, 
         "largest_module": largest_module(model),
         "root": root_parameters(model) if blocks(model) else 0,
     }
-    timeline = {p: t for p, t in live.timeline.items() if p.startswith(("forward", "backward"))}
+    timeline = {p: t for p, t in live.timeline.items() if p.startswith(PHASES)}
     if derive:
         timeline |= accumulating(timeline, live.timeline["done"][0][1])
     return Trace(
@@ -492,15 +518,30 @@ def accumulating(first: dict, after: tuple[int, ...]) -> dict:
     def holding(entries):
         return [(op, (*v[:g], held, *v[g + 1 :])) for op, v in entries]
 
-    return {"forward1": holding(first["forward0"]), "backward1": holding(first["backward0"])}
+    return {p[:-1] + "1": holding(t) for p, t in first.items() if p.endswith("0")}
 
 
 def _warm_up(spec: Spec, model, real: dict, mode, values) -> None:
     """One forward and backward of a shallow copy before a sharded trace: DTensor's sharding-propagation
     cache filled (a cold one counts phantom temporaries) at a quarter of the traced depth's cost."""
-    with mode, values, kernels(spec), cuda_kernels(spec):
+    with mode, values, kernels(spec), cuda_kernels(spec), trl_kernels(spec):
         batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
-        model(**batch).loss.backward()
+        step_loss(spec, model, model, batch, lambda phase: None).backward()
+
+
+def _held_bytes(module) -> int:
+    """Bytes a module's parameters and buffers hold (a DTensor's: its local shard)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    local = [getattr(t, "_local_tensor", t) for t in tensors]
+    return sum(t.untyped_storage().nbytes() for t in {id(t): t for t in local}.values())
+
+
+def _reference(spec: Spec, config, mode, mesh):
+    """DPO's reference model where it is one of its own (`reference = "model"`), sharded as the policy is
+    (TRL prepares it with the same FSDP or ZeRO-3 plugin); None otherwise."""
+    if spec.method.kind != "dpo" or spec.method.reference != "model":
+        return None
+    return build(spec, config, mode, None, mesh, frozen=True)
 
 
 def _hidden(config) -> int:
@@ -631,6 +672,7 @@ class Tracer:
             spec.seq_len,
             spec.image_size,
             spec.images,
+            spec.method,
         )
 
     def window(
@@ -754,14 +796,15 @@ class Tracer:
         steps = {d: self.steps(spec, d, optimizers) for d in points}
         if sharded:
             steps = {d: {n: _over_shard(st) for n, st in by.items()} for d, by in steps.items()}
+        first = next(iter(windows.values()))[1]
+        steps = {d: _with_reference(by, first[(d, BATCHES[0])].reference_bytes) for d, by in steps.items()}
         out = {}
         for asked, traces in windows.values():
             lines = {d: _window_lines(traces[(d, BATCHES[0])], traces[(d, BATCHES[1])]) for d in points}
             common = self._common(device_spec, traces, points, sharded)
             for strategy in asked:
-                names = ["forward0", "backward0"] + (
-                    ["forward1", "backward1"] if strategy.endswith("accumulation") else []
-                )
+                micro = (0, 1) if strategy.endswith("accumulation") else (0,)
+                names = [f"{p}{i}" for i in micro for p in PHASES if f"{p}{i}" in lines[points[0]]]
                 for name in optimizers:
                     by_point = {d: steps[d][name] for d in points}
                     out[(name, strategy)] = self._payload(
@@ -813,6 +856,16 @@ class Tracer:
             "optimizer_step": [[_step_line(device_steps[d], common["inputs"])] for d in points],
         }
         return payload
+
+
+def _with_reference(steps: dict[str, dict], held: int) -> dict[str, dict]:
+    """Each optimizer's step with DPO's reference model held beside it (nothing to add without one)."""
+    if not held:
+        return steps
+    return {
+        n: {**st, "peak": {**st["peak"], "parameters": st["peak"]["parameters"] + held}}
+        for n, st in steps.items()
+    }
 
 
 def _with_parameters(entries: list, held: int) -> list:
@@ -977,7 +1030,7 @@ def _task(piece: tuple[int, int]) -> tuple[int, dict, list]:
     out, timings = {}, []
     for (adapter, dtype, offload, sharding), group in task:
         start = time.perf_counter()
-        spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter))
+        spec = replace(base, dtype=dtype, adapter=q.adapter_of(adapter), method=q.method_of(adapter))
         optimizers = sorted({c.optimizer for c in group}, key=list(rules.optimizers).index)
         strategies = sorted({c.strategy for c in group}, key=list(rules.strategies).index)
         try:

@@ -157,7 +157,14 @@ def op_flops(func, args, kwargs, out) -> int:
     here because `FlopCounterMode` also tracks modules, with hooks that keep each module's outputs alive until
     backward: under checkpointing that changes the very memory being traced."""
     formula = _flop_formulas().get(func._overloadpacket)
-    return formula(*args, **kwargs, out_val=out) if formula is not None else 0
+    if formula is None:
+        return 0
+    # an out= overload (TRL's fp32 accumulation, `addmm(..., out_dtype=, out=)`): its output is `out`
+    # and its out_dtype, which the formula does not take (positional in that overload)
+    if func._overloadname.startswith("dtype"):
+        args = args[:3]
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("out", "out_dtype")}
+    return formula(*args, **kwargs, out_val=out)
 
 
 class OpTraffic(_OpCounter):
@@ -300,6 +307,10 @@ class ShardedLiveBytes(LiveBytes):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+# Ops whose result's size a boolean mask decides (InputValues._unmasked)
+MASKED = (torch.ops.aten.index.Tensor, torch.ops.aten.masked_select.default)
+
+
 class InputValues(TorchDispatchMode):
     """Real values for fake tensors computed from the inputs alone, so that data-dependent ops on them
     (a VLM dropping padding images, counting its image tokens, `.tolist()` of a count) work under fake
@@ -327,6 +338,8 @@ class InputValues(TorchDispatchMode):
         if func.namespace == "prim":  # a fake tensor's device and the like: no value to compute
             return func(*args, **kwargs)
         tensors = tensors_in(*args, *kwargs.values())
+        if func in MASKED and not all(t in self.values for t in tensors):
+            args = self._unmasked(func, args)
         if not all(t in self.values for t in tensors) or (
             not tensors and not self._small_factory(func, args, kwargs)
         ):
@@ -342,6 +355,31 @@ class InputValues(TorchDispatchMode):
         if func._schema.is_mutable:  # in place: keep the fake's own result, its value was updated above
             return func(*args, **kwargs)
         return tree_map_only(torch.Tensor, self._fake_of, real_out)
+
+    def _unmasked(self, func, args: tuple) -> tuple:
+        """A boolean mask with a value, on a tensor without one (TRL's head scoring only the labelled positions,
+        `hidden[mask]`, and its backward's `masked_select`): the mask's positions as integer indices, which
+        give the result its size under fake tensors (a mask alone makes it data-dependent)."""
+        if func is torch.ops.aten.masked_select.default:
+            source, mask = args
+            if mask not in self.values:
+                return args
+            shape = torch.broadcast_shapes(source.shape, mask.shape)
+            return (source.expand(shape), self._positions(mask.expand(shape)))
+        source, indices = args[0], list(args[1])
+        out = []
+        for index in indices:
+            if isinstance(index, torch.Tensor) and index.dtype == torch.bool and index in self.values:
+                out += self._positions(index)
+            else:
+                out.append(index)
+        return (source, out, *args[2:])
+
+    def _positions(self, mask: torch.Tensor) -> list[torch.Tensor]:
+        with _disable_current_modes():
+            real = self.values[mask] if mask in self.values else self.values[mask._base]
+            found = real.expand(mask.shape).nonzero(as_tuple=True)
+        return [self._fake_of(i) for i in found]
 
     def _routed(self, logits: torch.Tensor, indices: torch.Tensor) -> None:
         """A mixture of experts' routing, for a trace: the top-k of a router's logits (computed from weights that

@@ -1,0 +1,62 @@
+"""How exact is `advisor fit --method`? Each TRL step (SFT, DPO with each reference, a reward model), predicted
+and run for real by TRL's own trainer on this CPU, in three architectures, its micro-batch peak (forward, the
+reference's forward, backward, with the optimizer's state held) measured by PyTorch's MemTracker.
+
+    python bench/fit_methods.py [--out bench/results/fit-methods-cpu.json]
+
+The cases and the harness are the test's (tests/measure/test_methods.py, tests/measure/trlstep.py); this
+writes their errors with the machine's versions, a table to quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/fit-methods-cpu.json")
+    args = parser.parse_args()
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    from tests.measure.test_methods import ARCHS, STEPS, error, spec_of
+
+    rows = []
+    for arch in ARCHS:
+        for method, reference, adapter in STEPS:
+            err = error(spec_of(arch, method, reference, adapter))
+            rows.append(
+                {"arch": arch, "method": method, "reference": reference, "adapter": adapter, "error": err}
+            )
+            print(f"{arch:7} {method:6} {reference or '-':11} {adapter:4} {err:+.4%}", flush=True)
+    errors = [abs(r["error"]) for r in rows]
+    summary = {
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": max(errors),
+        "cases": len(rows),
+    }
+    print(
+        f"median |error| {summary['median_abs_error']:.2e}, max {summary['max_abs_error']:.2e}, {len(rows)} cases"
+    )
+    versions = {m.__name__: m.__version__ for m in (torch, transformers, trl, peft)}
+    out = {
+        "device": f"CPU ({platform.processor() or platform.machine()})",
+        "versions": versions,
+        "summary": summary,
+    }
+    args.out.write_text(json.dumps({**out, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
