@@ -83,6 +83,7 @@ class FamilyRecord:
     # text_seq_len tokens without an image unless --image-size asks for one
     text_first: tuple[str, ...] = ()
     text_seq_len: int = 2048
+    methods: tuple[str, ...] = ("trainer",)  # the steps advisor fit traces for it (--method): TRL's on decoders
 
     @property
     def takes_text(self) -> bool:
@@ -504,6 +505,7 @@ def _families(raw: dict) -> dict[str, FamilyRecord]:
             module=f.get("module"),
             hub=f.get("hub"),
             text_first=tuple(f.get("text_first", ())),
+            methods=tuple(f.get("methods", ("trainer",))),
             text_seq_len=raw["fit_seq_len"],
         )
         for name, f in raw["families"].items()

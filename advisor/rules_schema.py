@@ -161,6 +161,7 @@ FAMILIES_TOML = table(
                         "model_types": listing(text(), unique=True),
                         "fit_seq_len": whole(low=1, high=10_000_000, eg=2048),
                         "text_first": listing(text(), unique=True),
+                        "methods": listing(text(choices=("trainer", "sft", "dpo", "reward")), unique=True),
                     }
                 ),
                 at_least=1,

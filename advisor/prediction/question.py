@@ -267,7 +267,7 @@ def _check_method(options: FitRequest, model: ResolvedModel) -> None:
             )
     if options.method == "trainer":
         return
-    if model.family.name != "decoder":
+    if options.method not in model.family.methods:
         raise InputError(
             f"--method {options.method} trains a causal language model with TRL; {model.name} is a "
             f"{model.family.name} model: drop --method (Trainer's step).",
