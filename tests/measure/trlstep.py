@@ -20,6 +20,7 @@ from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import enable_checkpointing
 from advisor.measuring.tracer.engine import Spec, precision
 
+from ..advisor.test_snippets import tiny_tokenizer as tokenizer
 from .realstep import FrozenOKMemTracker, real_model
 
 TRAINERS = {
@@ -27,19 +28,6 @@ TRAINERS = {
     "dpo": ("DPOConfig", "DPOTrainer"),
     "reward": ("RewardConfig", "RewardTrainer"),
 }
-
-
-def tokenizer():
-    """A word-level tokenizer made here (nothing downloaded): what the trainers tokenize their dataset with."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(["<unk>", "<pad>", "<bos>", "<eos>", *(f"w{i}" for i in range(50))])}
-    inner = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=inner, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
-    )
 
 
 def _dataset(method: str) -> Dataset:
