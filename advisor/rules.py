@@ -83,7 +83,9 @@ class FamilyRecord:
     # text_seq_len tokens without an image unless --image-size asks for one
     text_first: tuple[str, ...] = ()
     text_seq_len: int = 2048
-    methods: tuple[str, ...] = ("trainer",)  # the steps advisor fit traces for it (--method): TRL's on decoders
+    methods: tuple[str, ...] = (
+        "trainer",
+    )  # the steps advisor fit traces for it (--method): TRL's on decoders
 
     @property
     def takes_text(self) -> bool:

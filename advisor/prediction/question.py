@@ -178,7 +178,7 @@ class Question:
     @property
     def rows_per_sample(self) -> int:
         """Sequences a sample is: a preference pair's two (DPO, reward), else one."""
-        return 2 if self.method in ("dpo", "reward") else 1
+        return 2 if Method(self.method).pairs else 1
 
     @property
     def traced_attention(self) -> str:
@@ -198,11 +198,8 @@ class Question:
         return Adapter() if kind == "full" else replace(self.lora, kind=kind)
 
     def method_of(self, adapter: str) -> Method:
-        """The step a configuration trains with: DPO's reference as asked, else the copy for full fine-tuning
-        and the disabled adapter for LoRA and QLoRA (what DPOTrainer does without a ref_model)."""
-        if self.method != "dpo":
-            return Method(self.method)
-        return Method("dpo", self.reference or ("model" if adapter == "full" else "adapter"))
+        """The step a configuration with this adapter trains with (Method.asked)."""
+        return Method.asked(self.method, self.reference, adapter)
 
 
 def question(
@@ -362,7 +359,13 @@ class Menu:
                     "QLoRA's 4-bit and 8-bit kernels are CUDA's: pass a --gpu, not cpu.", "--adapter"
                 )
             return tuple(a for a in ADAPTERS if a in self.o.adapters)
-        return ("full", "lora") if self.cpu else ADAPTERS
+        menu = ("full", "lora") if self.cpu else ADAPTERS
+        if self.o.reference == "adapter":  # an adapter to disable: full fine-tuning has none
+            self.left_out.append(
+                "full: --reference adapter disables a LoRA adapter, which full fine-tuning has not"
+            )
+            return tuple(a for a in menu if a != "full")
+        return menu
 
     def dtypes(self, adapter: str) -> tuple[str, ...]:
         asked = _dtypes(self.o.dtype)
@@ -426,8 +429,7 @@ class Menu:
 
     def _reference_copy(self, adapter: str) -> bool:
         """DPO with its reference as a frozen copy of the model, for this adapter."""
-        default = "model" if adapter == "full" else "adapter"
-        return self.o.method == "dpo" and (self.o.reference or default) == "model"
+        return Method.asked(self.o.method, self.o.reference, adapter).reference == "model"
 
     def _copy(self, sharding: str, adapter: str) -> str | None:
         """Why DPO's frozen reference copy is not predicted under a sharding (None: it is)."""

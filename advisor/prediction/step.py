@@ -62,6 +62,15 @@ class Method:
     kind: str = "trainer"  # trainer | sft | dpo | reward
     reference: str | None = None  # dpo: model (a frozen copy) | adapter (the base, adapter off) | precomputed
 
+    @classmethod
+    def asked(cls, kind: str, reference: str | None, adapter: str) -> Method:
+        """The method a configuration trains with, as asked: DPO's reference as given, else a frozen copy for
+        full fine-tuning and the disabled adapter for LoRA and QLoRA (what DPOTrainer does without a
+        ref_model)."""
+        if kind != "dpo":
+            return cls(kind)
+        return cls("dpo", reference or ("model" if adapter == "full" else "adapter"))
+
     @property
     def pairs(self) -> bool:
         """Each sample is a pair (chosen, rejected) run as two rows of one batch."""

@@ -194,11 +194,9 @@ def method_line(answer) -> str | None:
     line = METHOD_WORDS[q.method]
     pick = answer.pick
     if q.method == "dpo":
-        kind = pick.adapter.kind if pick else None
-        reference = q.reference or ("model" if kind == "full" else "adapter" if kind else None)
         line += (
-            f"; reference: {REFERENCE_WORDS[reference]}"
-            if reference
+            f"; reference: {REFERENCE_WORDS[q.method_of(pick.adapter.kind).reference]}"
+            if pick
             else "; reference: a frozen copy (full) or the base with the adapter off (LoRA)"
         )
     if pick and pick.phases_gb:

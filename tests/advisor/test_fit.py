@@ -586,3 +586,13 @@ def test_dpo_answers_the_trade_of_a_reference_copy_against_the_disabled_adapter(
     # the copy's weights: fp32 under mixed precision, on every DDP rank, beyond LoRA's frozen bf16 base
     assert one["memory_gb"]["parameters"] > 2 * twin["memory_gb"]["parameters"]
     assert "DPOTrainer(" in one["code"] and "precompute_ref_log_probs" not in one["code"]
+
+
+def test_dpo_with_the_adapter_as_reference_leaves_full_fine_tuning_out_and_says_so(invoke, tmp_path):
+    args = ["--model", QWEN, "--gpu", "T4", "--method", "dpo", "--reference", "adapter", "--seq-len", "64"]
+    args += ["--optimizer", "adamw", "--strategy", "standard", "--json", "--db", tmp_path / "kb.sqlite"]
+    result = invoke("fit", *args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {r["adapter"] for r in data["configurations"]} == {"lora", "qlora"}
+    assert any("--reference adapter" in why for why in data["left_out"]), data["left_out"]

@@ -365,20 +365,20 @@ class InputValues(TorchDispatchMode):
             if mask not in self.values:
                 return args
             shape = torch.broadcast_shapes(source.shape, mask.shape)
-            return (source.expand(shape), self._positions(mask.expand(shape)))
+            return (source.expand(shape), self._positions(mask, shape))
         source, indices = args[0], list(args[1])
         out = []
         for index in indices:
             if isinstance(index, torch.Tensor) and index.dtype == torch.bool and index in self.values:
-                out += self._positions(index)
+                out += self._positions(index, index.shape)
             else:
                 out.append(index)
         return (source, out, *args[2:])
 
-    def _positions(self, mask: torch.Tensor) -> list[torch.Tensor]:
+    def _positions(self, mask: torch.Tensor, shape) -> list[torch.Tensor]:
+        """The positions a mask with a value holds, broadcast to `shape`, as fakes with values."""
         with _disable_current_modes():
-            real = self.values[mask] if mask in self.values else self.values[mask._base]
-            found = real.expand(mask.shape).nonzero(as_tuple=True)
+            found = self.values[mask].expand(shape).nonzero(as_tuple=True)
         return [self._fake_of(i) for i in found]
 
     def _routed(self, logits: torch.Tensor, indices: torch.Tensor) -> None:
