@@ -161,7 +161,9 @@ FAMILIES_TOML = table(
                         "model_types": listing(text(), unique=True),
                         "fit_seq_len": whole(low=1, high=10_000_000, eg=2048),
                         "text_first": listing(text(), unique=True),
-                        "methods": listing(text(choices=("trainer", "sft", "dpo", "reward")), unique=True),
+                        "methods": listing(
+                            text(choices=("trainer", "sft", "dpo", "reward", "grpo")), unique=True
+                        ),
                     }
                 ),
                 at_least=1,
@@ -402,6 +404,17 @@ FIT_TOML = table(
         "paged": req(table(_texts("source"))),
         "attention": req(table(_texts("flash_attention_2"))),
         "moe": req(table(_texts("source"))),
+        "loss": req(
+            table(
+                {
+                    "fused": req(
+                        table(
+                            {"model_types": req(listing(text(), at_least=1, unique=True)), **_texts("source")}
+                        )
+                    )
+                }
+            )
+        ),
         "levers": req(
             table(
                 {
@@ -444,6 +457,7 @@ FIT_TOML = table(
                                 "full_vlm",
                                 "dpo",
                                 "reward",
+                                "grpo",
                             ),
                         )
                     ),

@@ -1,6 +1,8 @@
-"""How exact is `advisor fit --method`? Each TRL step (SFT, DPO with each reference, a reward model), predicted
-and run for real by TRL's own trainer on this CPU, in three architectures, its micro-batch peak (forward, the
-reference's forward, backward, with the optimizer's state held) measured by PyTorch's MemTracker.
+"""How exact is `advisor fit --method`? Each TRL step (SFT, DPO with each reference, a reward model, GRPO
+generating with transformers without a reference, with a frozen copy, with the disabled adapter), predicted
+and run for real by TRL's own trainer on this CPU, in three architectures, its micro-batch peak (GRPO's
+rollout, forward, the reference's forward, backward, with the optimizer's state held) measured by PyTorch's
+MemTracker; for GRPO also its rollout's peak alone (generation and scoring).
 
     python bench/fit_methods.py [--out bench/results/fit-methods-cpu.json]
 
@@ -30,24 +32,35 @@ def main() -> None:
     import transformers
     import trl
 
-    from tests.measure.test_methods import ARCHS, STEPS, error, spec_of
+    from tests.measure.test_methods import ARCHS, STEPS, errors, spec_of
 
     rows = []
     for arch in ARCHS:
         for method, reference, adapter in STEPS:
-            err = error(spec_of(arch, method, reference, adapter))
-            rows.append(
-                {"arch": arch, "method": method, "reference": reference, "adapter": adapter, "error": err}
-            )
-            print(f"{arch:7} {method:6} {reference or '-':11} {adapter:4} {err:+.4%}", flush=True)
-    errors = [abs(r["error"]) for r in rows]
+            found = errors(spec_of(arch, method, reference, adapter))
+            for part, err in found.items():
+                rows.append(
+                    {
+                        "arch": arch,
+                        "method": method,
+                        "reference": reference,
+                        "adapter": adapter,
+                        "peak": part,
+                        "error": err,
+                    }
+                )
+                print(
+                    f"{arch:7} {method:6} {reference or '-':11} {adapter:4} {part:7} {err:+.4%}", flush=True
+                )
+    sizes = [abs(r["error"]) for r in rows]
     summary = {
-        "median_abs_error": statistics.median(errors),
-        "max_abs_error": max(errors),
+        "median_abs_error": statistics.median(sizes),
+        "max_abs_error": max(sizes),
         "cases": len(rows),
+        "grpo_median_abs_error": statistics.median(abs(r["error"]) for r in rows if r["method"] == "grpo"),
     }
     print(
-        f"median |error| {summary['median_abs_error']:.2e}, max {summary['max_abs_error']:.2e}, {len(rows)} cases"
+        f"median |error| {summary['median_abs_error']:.2e}, max {summary['max_abs_error']:.2e}, {len(rows)} peaks"
     )
     versions = {m.__name__: m.__version__ for m in (torch, transformers, trl, peft)}
     out = {

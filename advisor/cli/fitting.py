@@ -25,7 +25,7 @@ from advisor.cli.params import (
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.question import FitRequest
-from advisor.prediction.step import METHODS, REFERENCES
+from advisor.prediction.step import GENERATIONS, LOSSES, METHODS, REFERENCES
 from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 
@@ -40,6 +40,11 @@ from advisor.rules import load_rules
 @declared_option(FitRequest, "mfu", type=FiniteFloat(min=0, max=1, min_open=True))
 @declared_option(FitRequest, "method", type=click.Choice(METHODS))
 @declared_option(FitRequest, "reference", type=click.Choice(REFERENCES))
+@declared_option(FitRequest, "completion_len", type=click.IntRange(min=1), metavar="TOKENS")
+@declared_option(FitRequest, "generations", type=click.IntRange(min=1), metavar="N")
+@declared_option(FitRequest, "beta", type=FiniteFloat(min=0), metavar="KL")
+@declared_option(FitRequest, "generation", type=click.Choice(GENERATIONS))
+@declared_option(FitRequest, "loss", type=click.Choice(LOSSES))
 @click.option(
     "--all",
     "show_all",
@@ -103,6 +108,7 @@ def fit_command(
         advisor fit --model ./my-model --gpu H100 --code
         advisor fit --model llama-3.1-70b --gpu H100 --gpus 8 --json
         advisor fit --model qwen3-8b --gpu RTX4090 --gpus 2 --method dpo
+        advisor fit --model qwen3-8b --gpu RTX4090 --method grpo --completion-len 1024
         advisor fit --list-models
     """
     rules = load_rules()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from advisor.errors import FitError, KBError
 from advisor.kb.reader import fit_validations, measured_values, speed_calibrations
@@ -24,7 +24,7 @@ from advisor.prediction.cache import PredictionCache, Traced, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
 from advisor.prediction.ranking import Lever, picked
-from advisor.prediction.recipe import Recipe, batches, learning_rate, rates_tuned
+from advisor.prediction.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
 from advisor.prediction.row import Row
 from advisor.prediction.sharding import (
     basis,
@@ -41,11 +41,14 @@ from advisor.prediction.speed import Utilization
 from advisor.prediction.step import (
     CATEGORIES,
     Config,
+    at_generation,
     host_bytes,
     host_traffic,
     n_params,
     optimizer_traffic,
     peak_total,
+    per_row,
+    phase_bytes,
     phase_peaks,
     step_flops,
     tensor_peak,
@@ -134,7 +137,12 @@ class FitAnswer:
             "image_size": q.image_size,
             "accumulation_steps": q.accumulation_steps,  # as asked (None: what reaches the effective batch)
             "effective_batch": {"samples": q.effective_batch, "source": q.effective_source},
-            "method": {"name": q.method, "reference": q.reference, "sequences_per_sample": q.rows_per_sample},
+            "method": {
+                "name": q.method,
+                "reference": q.reference,
+                "sequences_per_sample": q.rows_per_sample,
+                "rollout": asdict(q.rollout) if q.rollout else None,
+            },
             "gpus": q.gpus,
             "nodes": q.nodes,
             "attention": q.attention,
@@ -185,6 +193,8 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
     )
     first = found[keys[bases[q.configs[0]]]]
     steps = ranking.ladder(rows)
+    if q.rollout is not None:  # GRPO is predicted under DDP alone: its levers ask a second GPU so
+        steps = [s for s in steps if s.name != "several GPUs"]
     if steps and steps[-1].row is None:  # several GPUs: the fewest that fit, from the traces at hand
         steps[-1] = ranking.Rung(
             "several GPUs", several_gpus(q, rows, found, soft, rules, use, trades, tuned)
@@ -240,7 +250,9 @@ def overhead_gb(q: Question, tensor_peak_gb: float, rules: Rules) -> float:
 
 
 def usable_gb(q: Question, rules: Rules) -> float:
-    return q.budget_gb * (1 - rules.fit["fits"]["headroom"])
+    """What a configuration may hold: the budget less the headroom kept free, and less vLLM's share where it
+    generates beside training."""
+    return q.budget_gb * (1 - rules.fit["fits"]["headroom"]) - q.reserved_gb
 
 
 def memory_at(q: Question, payload: dict, batch: int, rules: Rules) -> tuple[str, dict[str, float]]:
@@ -292,7 +304,8 @@ def _row(
     batch=None,
 ) -> Row:
     """A configuration priced at its recipe's micro-batch and accumulation (`batch`: at these instead)."""
-    payload = per_rank(c, traced, q, rules)
+    rank = per_rank(c, traced, q, rules)
+    payload = _generating(q, c, rank)
     largest = max_batch(q, payload, rules)
     b, k = batch or batches(q, c.strategy, largest)  # the recipe's micro-batch and accumulation
     phase, gb = memory_at(q, payload, b, rules)
@@ -304,6 +317,9 @@ def _row(
     volume = communication(c, traced, q)
     with_host_gb = gb["total"] + rank_host / 1e9
     step_s = _step_seconds(q, c, traced, payload, (b, k), flops, with_host_gb, volume, use, rules)
+    generation_s = _generation_seconds(q, c, rank, b * k if accumulates(c.strategy) else b, use, rules)
+    if step_s is not None and generation_s is not None:
+        step_s += generation_s  # GRPO's optimizer step waits for its completions
     samples = q.world * b * k / step_s if step_s else None  # the job's: every rank a micro-batch
     adapter = q.adapter_of(c.adapter)
     info = rules.optimizer_info[c.optimizer]
@@ -342,7 +358,59 @@ def _row(
         rate,
         lambda micro, window: _row(q, c, traced, rules, use, trades, tuned, (micro, window)),
         {p: v / 1e9 for p, v in phase_peaks(payload, b).items()},
+        generation_s and q.rollout.completion * (b * k if accumulates(c.strategy) else b) / generation_s,
     )
+
+
+def _generating(q: Question, c: Config, payload: dict) -> dict:
+    """GRPO's rollout at the completions a rank generates at once: with accumulation, every micro-batch of
+    the window's (the effective batch's share of this rank, TRL's steps_per_generation); without, the
+    micro-batch's own (the payload's lines as they are)."""
+    if q.rollout is None or not accumulates(c.strategy):
+        return payload
+    return at_generation(payload, -(-q.effective_batch // q.world))
+
+
+def _generation_seconds(
+    q: Question, c: Config, payload: dict, rows: int, use: Utilization, rules: Rules
+) -> float | None:
+    """GRPO's generation of a rank's `rows` completions (speed.generation_seconds): the policy's weights read
+    per token as it holds them (not a reference copy beside it) and its KV cache as traced, a quantized base
+    dequantized for every forward (bitsandbytes' batched products); vLLM's bf16 weights and cache; None for
+    another method, or where the accelerator states no peak or bandwidth."""
+    r, acc = q.rollout, q.accelerator
+    memory = speed.bandwidth(acc, use)
+    peak = accelerators.peak_tflops(acc, c.dtype) if acc else None
+    if r is None or not memory or not (peak or use.calibrated):
+        return None
+    if "decode" in payload["phases"]:
+        copies = 2 if q.method_of(c.adapter).reference == "model" else 1
+        weights = phase_bytes(payload, "decode", 0)["parameters"] / copies
+        kv_row = per_row(payload, "decode")
+    else:  # vLLM's own copy, in bf16
+        weights = 2 * n_params(payload)
+        kv_row = kv_bytes_per_token(q.model.config) * q.seq_len
+    flops = 2 * n_params(payload) * rows * (q.seq_len - r.completion)
+    lengths = (q.seq_len - r.completion, r.completion)
+    seconds = speed.generation_seconds(weights, kv_row, rows, lengths, flops, (peak, use), memory, rules)
+    adapter = q.adapter_of(c.adapter)
+    if adapter.kind == "qlora" and r.generation == "transformers":
+        quantized = n_params(payload) - payload.get("structure", {}).get("root", 0)
+        seconds += speed.dequant_seconds(quantized, adapter.base_bits, 1, r.completion + 1, memory, rules)
+    return seconds
+
+
+def kv_bytes_per_token(config: dict | None) -> float:
+    """A token's KV cache in bf16 from a config.json (its text model's): keys and values of every layer's
+    KV heads, or a multi-head latent attention's compressed latent and rotary key; 0 where the config is not
+    at hand (a reference model, built by its family)."""
+    text = (config or {}).get("text_config") or config or {}
+    layers = text.get("num_hidden_layers", 0)
+    if "kv_lora_rank" in text:
+        return 2 * layers * (text["kv_lora_rank"] + text.get("qk_rope_head_dim", 0))
+    heads = text.get("num_attention_heads") or 1
+    head_dim = text.get("head_dim") or text.get("hidden_size", 0) // heads
+    return 2 * 2 * layers * text.get("num_key_value_heads", heads) * head_dim
 
 
 def _step_seconds(

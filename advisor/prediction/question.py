@@ -16,6 +16,8 @@ from advisor.prediction.step import (
     ADAPTERS,
     ATTENTIONS,
     DTYPES,
+    GENERATIONS,
+    LOSSES,
     METHODS,
     OFFLOADS,
     REFERENCES,
@@ -131,14 +133,42 @@ class FitRequest:
         "trainer",
         "The training step: trainer (Trainer on the model's own loss), sft (TRL's SFTTrainer: its chunked "
         "log-probabilities, no full logits), dpo (TRL's DPOTrainer: chosen and rejected in one forward, the "
-        "reference's forward without gradients), reward (TRL's RewardTrainer: a one-label classifier on pairs). "
-        "With dpo and reward, --batch-size and --effective-batch count pairs.",
+        "reference's forward without gradients), reward (TRL's RewardTrainer: a one-label classifier on pairs), "
+        "grpo (TRL's GRPOTrainer: completions sampled, then the policy's step on them). With dpo and reward, "
+        "--batch-size and --effective-batch count pairs; with grpo, completions (--seq-len: prompt + completion).",
     )
     reference: str | None = option(
         None,
-        "DPO's reference: model (a frozen copy in memory), adapter (the base with the adapter off: no extra "
-        "weights; LoRA and QLoRA only), precomputed (log-probabilities computed before training). Default: model "
-        "for full fine-tuning, adapter for LoRA and QLoRA.",
+        "DPO's (and GRPO's, with --beta) reference: model (a frozen copy in memory), adapter (the base with the "
+        "adapter off: no extra weights; LoRA and QLoRA only), precomputed (DPO: log-probabilities computed "
+        "before training). Default: model for full fine-tuning, adapter for LoRA and QLoRA.",
+    )
+    completion_len: int | None = option(
+        None,
+        "GRPO: tokens generated per completion (max_completion_length), within --seq-len. Default: TRL's 512, "
+        "or half of --seq-len where that is shorter.",
+    )
+    generations: int | None = option(
+        None,
+        "GRPO: completions sampled per prompt (num_generations); the effective batch is a multiple of it. "
+        "Default: TRL's 8.",
+    )
+    beta: float | None = option(
+        None,
+        "GRPO: the KL coefficient. Above 0 a reference model scores every completion (--reference). Default: "
+        "TRL's 0.0 (no reference loaded).",
+    )
+    loss: str = option(
+        "logits",
+        "Trainer's loss: logits (the model's own, its [tokens, vocabulary] logits whole) or fused (Liger's fused "
+        "linear cross-entropy alone, use_liger_kernel: the output layer and the loss in chunks, no logits; a "
+        "CUDA GPU). TRL's methods compute theirs in chunks already.",
+    )
+    generation: str | None = option(
+        None,
+        "GRPO: who samples the completions: transformers (the policy's own generate, on the training GPUs), "
+        "vllm-colocate (vLLM beside training, holding TRL's 30 % of each GPU), vllm-server (vLLM on GPUs of "
+        "its own: not counted here). Default: transformers, TRL's default.",
     )
 
 
@@ -162,8 +192,10 @@ class Question:
     nodes: int = 1
     effective_batch: int = 16  # samples per optimizer step over every rank that a recipe reaches
     effective_source: str = ""  # where that figure comes from: --effective-batch, or the rules' default
-    method: str = "trainer"  # trainer | sft | dpo | reward (step.py METHODS)
-    reference: str | None = None  # DPO's reference as asked; None: per adapter (method_of)
+    method: str = "trainer"  # trainer | sft | dpo | reward | grpo (step.py METHODS)
+    reference: str | None = None  # DPO's (GRPO's) reference as asked; None: per adapter (method_of)
+    rollout: Rollout | None = None  # GRPO's generation settings, every default filled
+    loss: str = "logits"  # Trainer's: logits | fused (Liger's fused linear cross-entropy)
 
     @property
     def world(self) -> int:
@@ -174,6 +206,11 @@ class Question:
     def device(self) -> str:
         """cuda | cpu: which optimizer implementations and overheads apply."""
         return "cpu" if self.accelerator is not None and self.accelerator.key == "cpu" else "cuda"
+
+    @property
+    def reserved_gb(self) -> float:
+        """Memory of each accelerator that training cannot use: vLLM's share where it runs beside it."""
+        return self.rollout.reserved(self.budget_gb) if self.rollout else 0.0
 
     @property
     def rows_per_sample(self) -> int:
@@ -199,7 +236,29 @@ class Question:
 
     def method_of(self, adapter: str) -> Method:
         """The step a configuration with this adapter trains with (Method.asked)."""
-        return Method.asked(self.method, self.reference, adapter)
+        r = self.rollout
+        if r is None:
+            return Method.asked(self.method, self.reference, adapter, loss=self.loss)
+        return Method.asked(self.method, self.reference, adapter, r.beta, r.completion, r.generation)
+
+
+VLLM_SHARE = 0.3  # GRPOConfig's vllm_gpu_memory_utilization: the share of each GPU vLLM colocated takes
+COMPLETION = 512  # GRPOConfig's max_completion_length
+GENERATIONS_PER_PROMPT = 8  # GRPOConfig's num_generations
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """GRPO's generation as asked, TRL's defaults filled: tokens per completion, completions per prompt, the
+    KL coefficient and who samples."""
+
+    completion: int = COMPLETION
+    generations: int = GENERATIONS_PER_PROMPT
+    beta: float = 0.0
+    generation: str = GENERATIONS[0]
+
+    def reserved(self, budget_gb: float) -> float:
+        return VLLM_SHARE * budget_gb if self.generation == "vllm-colocate" else 0.0
 
 
 def question(
@@ -222,6 +281,8 @@ def question(
     _check_attention(options, acc)
     seq_len, image_size = _shape(model, options)
     _check_method(options, model)
+    _check_loss(options, model, acc, rules)
+    rollout = _rollout(options, seq_len)
     configs, left_out = Menu(options, rules, acc).configs()
     return Question(
         model,
@@ -238,9 +299,78 @@ def question(
         left_out,
         options.gpus,
         options.nodes,
-        *_effective(options, model, rules),
+        *_effective(options, model, rules, rollout),
         options.method,
         options.reference,
+        rollout,
+        options.loss,
+    )
+
+
+def _check_loss(options: FitRequest, model: ResolvedModel, acc: Accelerator | None, rules: Rules) -> None:
+    """A fused loss where Liger has one: Trainer's step of a model type Liger patches, on a CUDA GPU."""
+    if options.loss == "logits":
+        return
+    if options.loss not in LOSSES:
+        raise InputError(f"unknown loss {options.loss!r}. Choose from: {', '.join(LOSSES)}.", "--loss")
+    if options.method != "trainer":
+        raise InputError(
+            f"--method {options.method} computes TRL's loss in chunks already: drop --loss.", "--loss"
+        )
+    if acc is not None and acc.key == "cpu":
+        raise InputError("Liger's kernels are Triton's, for CUDA GPUs: pass a --gpu, not cpu.", "--loss")
+    supported = rules.fit["loss"]["fused"]["model_types"]
+    if model.model_type not in supported:
+        raise InputError(
+            f"Liger has no fused loss for {model.name} ({model.model_type or 'no model_type'}); it patches "
+            f"{', '.join(supported)}.",
+            "--loss",
+        )
+
+
+def _rollout(options: FitRequest, seq_len: int | None) -> Rollout | None:
+    """GRPO's generation settings, checked (None for another method, which takes none of them)."""
+    given = {
+        "--completion-len": options.completion_len,
+        "--generations": options.generations,
+        "--beta": options.beta,
+        "--generation": options.generation,
+    }
+    if options.method != "grpo":
+        flag = next((f for f, v in given.items() if v is not None), None)
+        if flag:
+            raise InputError(f"{flag} is GRPO's: add --method grpo, or drop {flag}.", flag)
+        return None
+    for flag, value in (("--completion-len", options.completion_len), ("--generations", options.generations)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(f"{flag} must be a whole number, 1 or more (got {value!r}).", flag)
+    beta = options.beta
+    if beta is not None and (
+        isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta < 0
+    ):
+        raise InputError(f"--beta must be a number, 0 or more (got {beta!r}).", "--beta")
+    if options.generation is not None and options.generation not in GENERATIONS:
+        raise InputError(
+            f"unknown generation {options.generation!r}. Choose from: {', '.join(GENERATIONS)}.",
+            "--generation",
+        )
+    if options.reference is not None and not beta:
+        raise InputError(
+            "GRPO loads a reference only with a KL coefficient: add --beta (e.g. 0.04), or drop --reference.",
+            "--reference",
+        )
+    completion = options.completion_len or min(COMPLETION, seq_len // 2)
+    if completion >= seq_len:
+        raise InputError(
+            f"--seq-len is prompt + completion: {seq_len} leaves no prompt for --completion-len {completion}; "
+            "raise --seq-len or lower --completion-len.",
+            "--completion-len",
+        )
+    return Rollout(
+        completion,
+        options.generations or GENERATIONS_PER_PROMPT,
+        float(beta or 0.0),
+        options.generation or GENERATIONS[0],
     )
 
 
@@ -249,8 +379,16 @@ def _check_method(options: FitRequest, model: ResolvedModel) -> None:
     if options.method not in METHODS:
         raise InputError(f"unknown method {options.method!r}. Choose from: {', '.join(METHODS)}.", "--method")
     if options.reference is not None:
-        if options.method != "dpo":
-            raise InputError("--reference is DPO's: add --method dpo, or drop --reference.", "--reference")
+        if options.method not in ("dpo", "grpo"):
+            raise InputError(
+                "--reference is DPO's and GRPO's: add --method dpo, or drop --reference.", "--reference"
+            )
+        if options.reference == "precomputed" and options.method == "grpo":
+            raise InputError(
+                "GRPO scores completions it samples during training: nothing to precompute. Use --reference "
+                "model or adapter.",
+                "--reference",
+            )
         if options.reference not in REFERENCES:
             raise InputError(
                 f"unknown reference {options.reference!r}. Choose from: {', '.join(REFERENCES)}.",
@@ -428,11 +566,18 @@ class Menu:
             )
 
     def _reference_copy(self, adapter: str) -> bool:
-        """DPO with its reference as a frozen copy of the model, for this adapter."""
-        return Method.asked(self.o.method, self.o.reference, adapter).reference == "model"
+        """DPO (GRPO with a KL coefficient) with its reference as a frozen copy of the model, for this adapter."""
+        method = Method.asked(self.o.method, self.o.reference, adapter, self.o.beta or 0.0)
+        return method.reference == "model"
 
     def _copy(self, sharding: str, adapter: str) -> str | None:
-        """Why DPO's frozen reference copy is not predicted under a sharding (None: it is)."""
+        """Why the method is not predicted under a sharding (None: it is): DPO's frozen reference copy under
+        ZeRO; GRPO's generation under ZeRO or FSDP, which gathers the whole model on every rank for
+        `generate` (TRL's ds3_gather_for_generation, FSDP's summon_full_params): not traced."""
+        if self.o.method == "grpo" and sharding not in ("none", "ddp"):
+            reason = "GRPO is predicted on one GPU and under DDP, not ZeRO or FSDP (their generation gathers the whole model on every rank)"
+            self.left_out.append(reason)
+            return reason
         if sharding.startswith("zero") and self._reference_copy(adapter):
             return (
                 "DPO's reference copy is predicted on one GPU, under DDP and FSDP, not ZeRO (or --reference "
@@ -442,7 +587,7 @@ class Menu:
 
     def offloads(self, adapter: str, dtype: str, optimizer: str, sharding: str = "none") -> tuple[str, ...]:
         hostable = self.rules.optimizer_info[optimizer].offload and not self.cpu
-        if self._reference_copy(adapter):  # its offloaded step is not composed with the copy
+        if self._reference_copy(adapter) or self.o.method == "grpo":  # not composed with a copy, a rollout
             hostable = False
         applies = {
             "none": ("optimizer",) if adapter == "full" and dtype in OFFLOAD_DTYPES and hostable else (),
@@ -547,9 +692,26 @@ def _check_numbers(options: FitRequest) -> None:
             raise InputError(f"{flag} must be {bound} (got {value!r}).", flag)
 
 
-def _effective(options: FitRequest, model: ResolvedModel, rules: Rules) -> tuple[int, str]:
+def _effective(
+    options: FitRequest, model: ResolvedModel, rules: Rules, rollout: Rollout | None = None
+) -> tuple[int, str]:
     """(samples per optimizer step over every rank, its source): --effective-batch, the product of a given
-    micro-batch, accumulation and ranks, or the family's default (rules/fit.toml [recipe.effective_batch])."""
+    micro-batch, accumulation and ranks, or the family's default (rules/fit.toml [recipe.effective_batch]);
+    for GRPO, completions, a whole number of prompts' generations (TRL refuses another)."""
+    effective, source = _samples(options, model, rules)
+    if rollout is None or effective % rollout.generations == 0:
+        return effective, source
+    if source.startswith("the default"):  # the default in whole prompts
+        prompts = -(-effective // rollout.generations)
+        return prompts * rollout.generations, f"{prompts} prompts x {rollout.generations} generations"
+    raise InputError(
+        f"GRPO samples --generations {rollout.generations} completions per prompt: the effective batch "
+        f"({source}: {effective}) must be a multiple of it.",
+        "--effective-batch" if options.effective_batch is not None else "--generations",
+    )
+
+
+def _samples(options: FitRequest, model: ResolvedModel, rules: Rules) -> tuple[int, str]:
     world = options.gpus * options.nodes
     given = (options.batch_size, options.accumulation_steps)
     if options.effective_batch is not None:

@@ -264,6 +264,10 @@ def candidates(
     out = []
     asked_bits = {rules.optimizer_info[o].bits for o in request.optimizers if o in rules.optimizer_info}
     eight = next((o for o in EIGHT_BIT if installed(rules, o)), None)
+    # first: the same training (the same loss, exactly), its logits never whole
+    fused = rules.fit["loss"]["fused"]["model_types"]
+    if q.method == "trainer" and q.loss == "logits" and cuda and q.model.model_type in fused:
+        out.append(("fused loss", "--loss fused", replace(base, loss="fused"), True))
     if request.optimizers and 8 not in asked_bits and eight and cuda:
         out.append(("8-bit states", f"--optimizer {eight}", replace(base, optimizers=(eight,)), True))
     if adapters == {"full"}:
@@ -283,10 +287,18 @@ def candidates(
         for k in range(1, HALVINGS + 1):
             shorter = q.seq_len >> k
             if shorter >= SHORTEST:
-                lever = replace(base, seq_len=shorter)
-                out.append(("shorter sequences", f"--seq-len {shorter}", lever, True))
+                lever, flags = replace(base, seq_len=shorter), f"--seq-len {shorter}"
+                if q.rollout is not None:  # GRPO: prompt and completion both halved
+                    completion = max(1, q.rollout.completion >> k)
+                    lever = replace(lever, completion_len=completion)
+                    flags += f" --completion-len {completion}"
+                out.append(("shorter sequences", flags, lever, True))
+    if q.rollout is not None and q.rollout.generation != "vllm-server" and cuda:
+        lever = replace(base, generation="vllm-server")
+        out.append(("generation on other GPUs", "--generation vllm-server", lever, False))
     if q.world == 1 and cuda and q.accelerator is not None:
-        shardings = ("ddp",) if adapters == {"qlora"} else ("ddp", "zero2", "zero3")
+        only_ddp = adapters == {"qlora"} or q.rollout is not None  # GRPO: predicted under DDP alone
+        shardings = ("ddp",) if only_ddp else ("ddp", "zero2", "zero3")
         lever = replace(base, gpus=2, shardings=shardings)
         out.append(("a second GPU", f"--gpus 2 --sharding {'/'.join(shardings)}", lever, False))
     return out

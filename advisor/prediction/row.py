@@ -44,6 +44,9 @@ class Row:
     rate: LearningRate | None = None  # the learning rate and schedule the code starts from
     repriced: Callable[[int, int], Row] | None = field(default=None, repr=False, compare=False)
     phases_gb: dict[str, float] = field(default_factory=dict)  # each phase's peak of tensors (GB), by name
+    generation_tokens_s: float | None = (
+        None  # GRPO: completion tokens/s of its generation (a bound: speed.py)
+    )
 
     def at(self, batch_size: int, accumulation_steps: int) -> Row:
         """The same configuration priced at another micro-batch and accumulation (to compare two rows alike)."""
@@ -132,6 +135,7 @@ class Row:
             "predicted_step_s": self.predicted_step_s,
             "samples_per_s": self.throughput,
             "tokens_per_s": self.tokens_per_s,
+            "generation_tokens_per_s": self.generation_tokens_s,
             "adamw_class": self.adamw,
             "trade": self.trade,
             "adapter_trade": self.adapter_trade,

@@ -112,7 +112,17 @@ TRL = {
     "sft": ("SFTConfig", "SFTTrainer", '"text" (or "prompt" and "completion")'),
     "dpo": ("DPOConfig", "DPOTrainer", '"prompt", "chosen" and "rejected"'),
     "reward": ("RewardConfig", "RewardTrainer", '"chosen" and "rejected"'),
+    "grpo": ("GRPOConfig", "GRPOTrainer", '"prompt" (text)'),
 }
+# GRPO's reward: the user's task defines it; the script runs with a placeholder that says so
+REWARD_PLACEHOLDER = [
+    "",
+    "",
+    "def reward_placeholder(completions, **kwargs):  # a PLACEHOLDER: replace it with your task's reward",
+    "    return [min(len(str(c)), 200) / 200 for c in completions]  # e.g. a verifier's score per completion",
+    "",
+    "",
+]
 
 
 def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, launched, args, trl) -> str:
@@ -130,6 +140,8 @@ def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, la
     }
     if q.method == "dpo" and q.method_of(c.adapter).reference == "precomputed":
         args["precompute_ref_log_probs"] = True
+    if q.method == "grpo":
+        args = _grpo_arguments(q, args)
     lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
     lines.append("from datasets import load_dataset")
     if adapter.kind != "full":
@@ -140,15 +152,19 @@ def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, la
     info = rules.optimizer_info[c.optimizer]
     if info.imports:
         lines.append(info.imports)
+    grpo = q.method == "grpo"
     lines += [
         "",
-        f"MAX_LENGTH = {q.seq_len}  # tokens a sequence, as priced: TRL cuts longer ones to it",
+        f"MAX_LENGTH = {q.seq_len}  # tokens a sequence, as priced: TRL cuts longer ones to it"
+        if not grpo
+        else f"MAX_LENGTH = {q.seq_len}  # tokens a sequence as priced: prompt and completion",
+        *(_grpo_lengths(q) if grpo else []),
         f'DATA = "train.jsonl"  # your data: a JSON-lines file with columns {columns}, or a Hub dataset id',
         "",
         f"tokenizer = AutoTokenizer.from_pretrained({q.model.hub_id!r})",
         "tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token",
         'data = load_dataset("json", data_files=DATA) if DATA.endswith((".json", ".jsonl")) else load_dataset(DATA)',
-        'train_dataset = data["train"]',
+        'train_dataset = data["train"]' if not grpo else GRPO_PROMPTS,
         "",
     ]
     if c.sharding == "zero3":
@@ -165,9 +181,36 @@ def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, la
     )
     if c.sharding != "zero3":
         lines += _arguments(args, config)
-    return "\n".join(
-        lines + _trainer(trainer, "train_dataset=train_dataset, processing_class=tokenizer", info, recipe)
-    )
+    data = "train_dataset=train_dataset, processing_class=tokenizer"
+    if grpo:
+        lines += REWARD_PLACEHOLDER
+        data += ", reward_funcs=reward_placeholder"
+    return "\n".join(lines + _trainer(trainer, data, info, recipe))
+
+
+# GRPO's prompts as priced: TRL 1.16 does not cut prompts, so longer ones are left out of the data
+GRPO_PROMPTS = 'train_dataset = data["train"].filter(lambda row: len(tokenizer(row["prompt"]).input_ids) <= MAX_PROMPT_LENGTH)'
+
+
+def _grpo_lengths(q: Question) -> list[str]:
+    r = q.rollout
+    return [
+        f"MAX_COMPLETION_LENGTH = {r.completion}  # tokens generated per completion",
+        "MAX_PROMPT_LENGTH = MAX_LENGTH - MAX_COMPLETION_LENGTH  # longer prompts are left out below",
+    ]
+
+
+def _grpo_arguments(q: Question, args: dict) -> dict:
+    """GRPOConfig's settings as priced: the generation's lengths and count, its KL coefficient, who samples
+    (vLLM colocated at TRL's share, or a server to start apart); no max_length (GRPO has none)."""
+    r = q.rollout
+    out = {k: v for k, v in args.items() if k != "max_length"}
+    out |= {"max_completion_length": "MAX_COMPLETION_LENGTH", "num_generations": r.generations}
+    if r.beta:
+        out["beta"] = r.beta
+    if r.generation != "transformers":
+        out |= {"use_vllm": True, "vllm_mode": r.generation.removeprefix("vllm-")}
+    return out
 
 
 # The families whose data the code defines: text, tokenized and cut to the priced length, and the collator
@@ -275,6 +318,12 @@ def _header(q: Question, recipe: Recipe, launched: dict | None) -> list[str]:
     shares = f" ({_one_line(q.model.architecture_of)}'s architecture)" if q.model.architecture_of else ""
     length = f" of {q.seq_len:,} tokens" if q.seq_len else ""
     samples = "pairs (chosen and rejected)" if q.rows_per_sample == 2 else "samples"
+    if q.rollout is not None:
+        per_step = recipe.batch_size * recipe.accumulation_steps * q.world
+        samples = (
+            f"completions ({per_step // q.rollout.generations} prompts x {q.rollout.generations} generations)"
+        )
+        length = f" of up to {q.seq_len:,} tokens"
     out = [
         f"# train.py: {_one_line(q.model.name)}{shares}, {recipe.batch_size * recipe.accumulation_steps * q.world} "
         f"{samples}{length} per optimizer step ({step}).",
@@ -330,10 +379,13 @@ def _load(q: Question, c: Config, adapter: Adapter, auto: str) -> list[str]:
     return out + [")"]
 
 
+CONSTANTS = ("MAX_LENGTH", "MAX_COMPLETION_LENGTH")  # the script's own names, passed as they are
+
+
 def _arguments(args: dict, config: str = "TrainingArguments") -> list[str]:
     """The snippet's `args = TrainingArguments(...)` (or TRL's config), one keyword a line, from the dict
     keyword_arguments reads (MAX_LENGTH: the script's constant)."""
-    body = [f"    {k}={v if v == 'MAX_LENGTH' else _literal(k, v)}," for k, v in args.items()]
+    body = [f"    {k}={v if v in CONSTANTS else _literal(k, v)}," for k, v in args.items()]
     return [f"args = {config}("] + body + [")"]
 
 
@@ -354,6 +406,19 @@ def keyword_arguments(args: dict) -> dict:
     return out
 
 
+# Liger's kernels as Trainer applies them (its apply function takes the names it knows): the fused loss on,
+# the rest off
+LIGER_FUSED_LOSS_ONLY = {
+    "fused_linear_cross_entropy": True,
+    "cross_entropy": False,
+    "rope": False,
+    "rms_norm": False,
+    "layer_norm": False,
+    "swiglu": False,
+    "geglu": False,
+}
+
+
 def training_arguments(q: Question, c: Config, rules: Rules, recipe: Recipe) -> dict:
     """TrainingArguments for the configuration at its recipe: no deprecated argument of the installed
     transformers."""
@@ -365,6 +430,8 @@ def training_arguments(q: Question, c: Config, rules: Rules, recipe: Recipe) -> 
     }
     if c.strategy in ("checkpointing", "checkpointing+accumulation"):
         args["activation_checkpointing"] = True
+    if q.loss == "fused":  # Liger's fused linear cross-entropy alone: what was traced
+        args |= {"use_liger_kernel": True, "liger_kernel_config": LIGER_FUSED_LOSS_ONLY}
     args.update({"bf16-mixed": {"bf16": True}, "fp16-mixed": {"fp16": True}}.get(c.dtype, {}))
     info = rules.optimizer_info[c.optimizer]
     if info.trainer is not None:

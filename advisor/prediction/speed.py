@@ -8,7 +8,11 @@
 - a quantized base's dequantization: every quantized weight read packed and written in the compute dtype
   before each product that uses it (forward, backward, and the recomputed forward under checkpointing), at
   `dequant_efficiency` of the memory bandwidth: what makes QLoRA slower than LoRA, most at few tokens;
-- the optimizer's traffic at `bandwidth_efficiency` of the memory bandwidth (its kernels are elementwise).
+- the optimizer's traffic at `bandwidth_efficiency` of the memory bandwidth (its kernels are elementwise);
+- GRPO's generation: the prompts' prefill as FLOPs, then each decoding step reading every weight and the
+  KV cache once at `bandwidth_efficiency` of the bandwidth (decoding is bound by memory, not FLOPs); not
+  checked against measured generation (no GPU here): transformers' generate adds a Python loop and a kernel
+  launch per op, vLLM's batching hides much of both.
 Torch-free: the answer side prices every row with it.
 """
 
@@ -101,3 +105,23 @@ def traffic_seconds(traffic: float, bytes_per_s: float, use: Utilization, rules:
     itself), else at the stated share of the datasheet's bandwidth."""
     share = 1.0 if use.bytes_per_s else rules.fit["speed"]["bandwidth_efficiency"]
     return traffic / (bytes_per_s * share)
+
+
+def generation_seconds(
+    weights: float,
+    kv_row: float,
+    rows: int,
+    lengths: tuple[int, int],
+    prefill_flops: float,
+    compute_rate: tuple[float | None, Utilization],
+    bytes_per_s: float,
+    rules: Rules,
+) -> float:
+    """GRPO's generation for `rows` completions at once (`lengths`: prompt and completion tokens): the
+    prefill's FLOPs, then `completion` decoding steps, each reading the weights (`weights` bytes) and every
+    row's KV cache, which grows from the prompt to the full length (`kv_row`: a row's at full length)."""
+    prompt, completion = lengths
+    peak, use = compute_rate
+    mean_cache = rows * kv_row * (prompt + completion / 2) / (prompt + completion)
+    decode = completion * (weights + mean_cache) / (bytes_per_s * rules.fit["speed"]["bandwidth_efficiency"])
+    return compute_seconds(prefill_flops, peak, use) + decode

@@ -23,8 +23,23 @@ ADAPTERS = ("full", "lora", "qlora")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")  # none: one accelerator
 ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
-METHODS = ("trainer", "sft", "dpo", "reward")  # the step traced: Trainer's own loss, or TRL's trainers
-REFERENCES = ("model", "adapter", "precomputed")  # where DPO's reference log-probabilities come from
+METHODS = (
+    "trainer",
+    "sft",
+    "dpo",
+    "reward",
+    "grpo",
+)  # the step traced: Trainer's own loss, or TRL's trainers
+REFERENCES = (
+    "model",
+    "adapter",
+    "precomputed",
+)  # where DPO's (and GRPO's) reference log-probabilities come from
+GENERATIONS = ("transformers", "vllm-colocate", "vllm-server")  # who samples GRPO's completions
+LOSSES = ("logits", "fused")  # Trainer's loss: on the whole logits, or Liger's fused linear cross-entropy
+# GRPO's phases that run the whole generation batch at once (every micro-batch of an optimizer step's
+# completions, sampled together), not one micro-batch: read at the generation batch (at_generation)
+ROLLOUT = ("prefill", "decode")
 BATCHES = (2, 3)  # traced micro-batch sizes: no size-1 dimension, whose contiguity shortcuts skip copies
 
 
@@ -57,19 +72,46 @@ class Method:
     (full logits); TRL's `sft` (SFTTrainer: the same batch, TRL's chunked log-probabilities instead of the
     logits); `dpo` (DPOTrainer: chosen and rejected in one forward of 2 x the micro-batch, then the
     reference's forward without gradients, from `reference`); `reward` (RewardTrainer: a one-label
-    sequence-classification head scoring both of each pair)."""
+    sequence-classification head scoring both of each pair); `grpo` (GRPOTrainer: `completion` tokens sampled
+    per prompt by `generation`, the reference's log-probabilities where its KL coefficient is not 0, then the
+    policy's forward and backward on prompt and completion with TRL's chunked log-probabilities)."""
 
-    kind: str = "trainer"  # trainer | sft | dpo | reward
-    reference: str | None = None  # dpo: model (a frozen copy) | adapter (the base, adapter off) | precomputed
+    kind: str = "trainer"  # trainer | sft | dpo | reward | grpo
+    reference: str | None = (
+        None  # model (a frozen copy) | adapter (the base, adapter off) | precomputed (DPO)
+    )
+    completion: int = 0  # grpo: tokens generated per completion (max_completion_length)
+    generation: str | None = None  # grpo: transformers (the policy's generate) | vllm-colocate | vllm-server
+    loss: str = (
+        "logits"  # trainer: logits (the model's own loss) | fused (Liger's fused linear cross-entropy)
+    )
 
     @classmethod
-    def asked(cls, kind: str, reference: str | None, adapter: str) -> Method:
+    def asked(
+        cls,
+        kind: str,
+        reference: str | None,
+        adapter: str,
+        beta: float = 0.0,
+        completion: int = 0,
+        generation: str | None = None,
+        loss: str = "logits",
+    ) -> Method:
         """The method a configuration trains with, as asked: DPO's reference as given, else a frozen copy for
         full fine-tuning and the disabled adapter for LoRA and QLoRA (what DPOTrainer does without a
-        ref_model)."""
-        if kind != "dpo":
-            return cls(kind)
-        return cls("dpo", reference or ("model" if adapter == "full" else "adapter"))
+        ref_model); GRPO's the same where its KL coefficient `beta` is not 0, none where it is (TRL's default:
+        no reference loaded)."""
+        default = reference or ("model" if adapter == "full" else "adapter")
+        if kind == "dpo":
+            return cls("dpo", default)
+        if kind == "grpo":
+            return cls("grpo", default if beta else None, completion, generation or GENERATIONS[0])
+        return cls(kind, loss=loss if kind == "trainer" else "logits")
+
+    @property
+    def generates(self) -> bool:
+        """GRPO sampled by the policy itself on the training GPU (its rollout phases traced)."""
+        return self.kind == "grpo" and self.generation == "transformers"
 
     @property
     def pairs(self) -> bool:
@@ -79,7 +121,14 @@ class Method:
     def key(self) -> dict:
         """What a prediction of this method depends on (nothing for Trainer's step: the keys it always had)."""
         if self.kind == "trainer":
-            return {}
+            return {} if self.loss == "logits" else {"loss": self.loss}
+        if self.kind == "grpo":
+            return {
+                "method": "grpo",
+                "reference": self.reference,
+                "completion": self.completion,
+                "generation": self.generation,
+            }
         return {"method": self.kind, **({"reference": self.reference} if self.kind == "dpo" else {})}
 
 
@@ -257,8 +306,38 @@ def phase_peaks(payload: dict, batch: int) -> dict[str, float]:
     for phase, total in zip(payload["phases"], _phase_totals(payload, batch), strict=True):
         name = phase.rstrip("0123456789")
         out[name] = max(out.get(name, 0.0), total)
-    order = ("forward", "reference", "backward", "optimizer_step")  # a stored payload's phases come sorted
+    order = (*ROLLOUT, "scoring", "forward", "reference", "backward", "optimizer_step")  # stored: sorted
     return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
+def per_row(payload: dict, phase: str) -> float:
+    """Bytes a phase's peak grows by per row of its batch (GRPO's decoding step: a completion's KV cache at
+    full length, with its few per-row temporaries)."""
+    return sum(phase_bytes(payload, phase, 2).values()) - sum(phase_bytes(payload, phase, 1).values())
+
+
+def at_generation(payload: dict, rows: int) -> dict:
+    """A GRPO payload with its rollout phases (ROLLOUT: the whole generation batch sampled at once) fixed at
+    `rows` completions, whatever the micro-batch: an accumulating step generates for every micro-batch of
+    its window together (TRL's steps_per_generation defaults to the accumulation). A payload without them is
+    returned as it is."""
+    if not any(p in payload["phases"] for p in ROLLOUT):
+        return payload
+    phases = dict(payload["phases"])
+    for p in ROLLOUT:
+        if p in phases:
+            phases[p] = [[_fixed(lines, rows)] for lines in phases[p]]
+    fixed = {k: v for k, v in payload.items() if k not in ("_sums", "phases")}
+    return {**fixed, "phases": phases}
+
+
+def _fixed(lines: list[dict], rows: int) -> dict:
+    """A phase's peak at `rows` as a line with no slope in the micro-batch."""
+    best = max(lines, key=lambda ln: sum(ln["a"].values()) + rows * sum(ln["b"].values()))
+    return {
+        "a": {c: best["a"][c] + rows * best["b"][c] for c in CATEGORIES},
+        "b": dict.fromkeys(CATEGORIES, 0),
+    }
 
 
 def _phase_totals(payload: dict, batch: int) -> list[float]:

@@ -178,7 +178,17 @@ METHOD_WORDS = {
     "sft": "TRL's SFTTrainer (chunked log-probabilities: no full logits)",
     "dpo": "TRL's DPOTrainer (a pair's chosen and rejected in one forward: 2 sequences a sample)",
     "reward": "TRL's RewardTrainer (a one-label classifier on pairs: 2 sequences a sample)",
+    "grpo": "TRL's GRPOTrainer",
 }
+GENERATION_WORDS = {
+    "transformers": "sampled by the policy's own generate on the training GPU (its KV cache counted)",
+    "vllm-colocate": "sampled by vLLM beside training, holding 30 % of each GPU (TRL's default share)",
+    "vllm-server": "sampled by a vLLM server on GPUs of its own (not counted here)",
+}
+FUSED_LOSS = (
+    "Liger's fused linear cross-entropy (use_liger_kernel, its other kernels off): the output layer and the loss "
+    "in chunks of about the hidden states' size, the logits never whole, their gradients made in the forward"
+)
 REFERENCE_WORDS = {
     "model": "a frozen copy of the model in memory",
     "adapter": "the base with the adapter off (no weights of its own)",
@@ -190,7 +200,7 @@ def method_line(answer) -> str | None:
     """The training method when it is TRL's, with DPO's reference and the pick's figure per phase."""
     q = answer.question
     if q.method == "trainer":
-        return None
+        return FUSED_LOSS if q.loss == "fused" else None
     line = METHOD_WORDS[q.method]
     pick = answer.pick
     if q.method == "dpo":
@@ -199,10 +209,32 @@ def method_line(answer) -> str | None:
             if pick
             else "; reference: a frozen copy (full) or the base with the adapter off (LoRA)"
         )
+    if q.method == "grpo":
+        line += _rollout_words(q, pick)
     if pick and pick.phases_gb:
         phases = " · ".join(f"{p.replace('_', ' ')} {gib(v):.1f}" for p, v in pick.phases_gb.items())
         line += f"\nThe pick's tensors per phase, GiB: {phases}"
+    if pick and pick.generation_tokens_s:
+        line += (
+            f"\nGeneration: about {pick.generation_tokens_s:,.0f} completion tokens/s, in the step time (modelled, "
+            "not measured: decoding bound by memory, every weight (a quantized one dequantized) and the KV cache "
+            "read once per token)"
+        )
     return line
+
+
+def _rollout_words(q, pick) -> str:
+    """GRPO's generation and reference in a sentence."""
+    r = q.rollout
+    prompt = q.seq_len - r.completion
+    out = (
+        f" ({r.generations} completions of up to {r.completion:,} tokens per prompt of {prompt:,}, "
+        f"{GENERATION_WORDS[r.generation]}"
+    )
+    method = q.method_of(pick.adapter.kind if pick else "full")
+    if method.reference is None:
+        return out + "; no reference: KL coefficient 0, TRL's default)"
+    return out + f"; reference for β {r.beta:g}: {REFERENCE_WORDS[method.reference]})"
 
 
 def _batch(row) -> str:

@@ -295,6 +295,66 @@ def test_gpu_names_as_people_type_them():
         (["--model", QWEN, "--gpu", "T4", "--method", "ppo"], 2, "--method"),
         (["--model", QWEN, "--gpu", "T4", "--method", "dpo", "--reference", "policy"], 2, "--reference"),
         (["--model", QWEN, "--gpu", "T4", "--reference", "model"], 2, "add --method dpo"),
+        (["--model", QWEN, "--gpu", "T4", "--loss", "chunked"], 2, "--loss"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "sft", "--loss", "fused"], 2, "drop --loss"),
+        (["--model", QWEN, "--gpu", "cpu", "--loss", "fused"], 2, "Triton"),
+        (["--model", "vit", "--gpu", "T4", "--loss", "fused"], 2, "Liger has no fused loss"),
+        (["--model", QWEN, "--gpu", "T4", "--completion-len", "64"], 2, "add --method grpo"),
+        (["--model", QWEN, "--gpu", "T4", "--generations", "4"], 2, "add --method grpo"),
+        (["--model", QWEN, "--gpu", "T4", "--beta", "0.04"], 2, "add --method grpo"),
+        (["--model", QWEN, "--gpu", "T4", "--generation", "vllm-server"], 2, "add --method grpo"),
+        (
+            ["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--completion-len", "0"],
+            2,
+            "--completion-len",
+        ),
+        (["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--generations", "0"], 2, "--generations"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--beta", "-1"], 2, "--beta"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--beta", "nan"], 2, "--beta"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--generation", "sglang"], 2, "--generation"),
+        (["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--reference", "model"], 2, "add --beta"),
+        (
+            [
+                "--model",
+                QWEN,
+                "--gpu",
+                "T4",
+                "--method",
+                "grpo",
+                "--beta",
+                "0.1",
+                "--reference",
+                "precomputed",
+            ],
+            2,
+            "nothing to precompute",
+        ),
+        (
+            [
+                "--model",
+                QWEN,
+                "--gpu",
+                "T4",
+                "--method",
+                "grpo",
+                "--seq-len",
+                "256",
+                "--completion-len",
+                "256",
+            ],
+            2,
+            "leaves no prompt",
+        ),
+        (
+            ["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--effective-batch", "12"],
+            2,
+            "multiple of it",
+        ),
+        (
+            ["--model", QWEN, "--gpu", "T4", "--gpus", "2", "--method", "grpo", "--sharding", "zero3"],
+            2,
+            "GRPO is predicted on one GPU and under DDP",
+        ),
         (
             [
                 "--model",
@@ -519,22 +579,25 @@ def test_list_gpus_names_every_accelerator_with_its_memory_and_link(invoke):
 
 def test_when_nothing_fits_the_levers_say_what_would_and_the_code_is_a_levers_said_so(invoke):
     """Qwen2.5-7B-Instruct's LoRA on an L4 at 4,096 tokens: none of the asked configurations fits. The answer
-    asks each lever (attention-only LoRA, QLoRA, shorter sequences, a second GPU), each with its figure; the
-    pick is the first that fits on the one GPU, said as a lever, and its code loads the Instruct model it
-    was asked about, cut to the length it was priced at."""
+    asks each lever (Liger's fused loss, attention-only LoRA, QLoRA, shorter sequences, a second GPU), each
+    with its figure; the pick is the first that fits on the one GPU (the fused loss: the same training, its
+    152k-vocabulary logits never whole), said as a lever, and its code loads the Instruct model it was asked
+    about, cut to the length it was priced at, with Liger's fused loss alone."""
     args = ("--model", "qwen2.5-7b-instruct", "--gpu", "L4", "--adapter", "lora", "--seq-len", "4096")
     out = fit_json(invoke, *args, "--optimizer", "adamw")
     assert not any(c["fits"] for c in out["configurations"])
     levers = {x["lever"]: x for x in out["levers"]}
-    assert {"attention-only LoRA", "QLoRA", "shorter sequences", "a second GPU"} <= set(levers)
+    assert {"fused loss", "attention-only LoRA", "QLoRA", "shorter sequences", "a second GPU"} <= set(levers)
     for lever in levers.values():  # each with its figure
         assert lever["configuration"]["memory_gb"]["total"] > 0 and lever["flags"].startswith("--")
-    assert levers["QLoRA"]["fits"] and out["pick_lever"]["lever"] == "QLoRA"
+    assert levers["QLoRA"]["fits"] and levers["fused loss"]["fits"]
+    assert out["pick_lever"]["lever"] == "fused loss" and levers["fused loss"]["flags"] == "--loss fused"
     assert levers["shorter sequences"]["flags"] == "--seq-len 2048"
     assert not levers["a second GPU"]["own_hardware"]  # shown with its figure, never the pick
     assert out["model"]["name"] == "Qwen2.5-7B-Instruct" and out["model"]["architecture_of"] == "Qwen2.5-7B"
     code = invoke("fit", *args, "--optimizer", "adamw", "--code").output
-    assert code.startswith("# Nothing as asked fits with AdamW: this recipe pulls one lever, QLoRA")
+    assert code.startswith("# Nothing as asked fits with AdamW: this recipe pulls one lever, fused loss")
+    assert "use_liger_kernel=True" in code
     assert "'Qwen/Qwen2.5-7B-Instruct'," in code and "Qwen2.5-7B's architecture" in code
     assert "MAX_LENGTH = 4096" in code and "truncation=True, max_length=MAX_LENGTH" in code
 
@@ -575,7 +638,7 @@ def test_dpo_answers_the_trade_of_a_reference_copy_against_the_disabled_adapter(
     assert shown.exit_code == 0, shown.output
     assert "TRL's DPOTrainer" in shown.output and "per phase" in shown.output
     data = json.loads(invoke("fit", *args, "--json", "--all").output)
-    assert data["method"] == {"name": "dpo", "reference": None, "sequences_per_sample": 2}
+    assert data["method"] == {"name": "dpo", "reference": None, "sequences_per_sample": 2, "rollout": None}
     rows = data["configurations"]
     full = [r for r in rows if r["adapter"] == "full"]
     lora = [r for r in rows if r["adapter"] == "lora"]
@@ -586,6 +649,85 @@ def test_dpo_answers_the_trade_of_a_reference_copy_against_the_disabled_adapter(
     # the copy's weights: fp32 under mixed precision, on every DDP rank, beyond LoRA's frozen bf16 base
     assert one["memory_gb"]["parameters"] > 2 * twin["memory_gb"]["parameters"]
     assert "DPOTrainer(" in one["code"] and "precompute_ref_log_probs" not in one["code"]
+
+
+@pytest.mark.slow
+def test_grpo_answers_with_each_phase_a_pick_and_its_generation(invoke, tmp_path):
+    """GRPO of Qwen3-8B on a 24 GB card (the done-when question): TRL's GRPOTrainer named with its
+    generation settings, the pick's figure per phase (prefill and decoding of the whole generation batch
+    among them), a pick that fits, its generation's speed, and a GRPOConfig script with the reward
+    placeholder named as such."""
+    args = ["--model", "qwen3-8b", "--gpu", "RTX4090", "--method", "grpo", "--optimizer", "adamw"]
+    args += ["--seq-len", "1024", "--completion-len", "768", "--db", tmp_path / "kb.sqlite"]
+    shown = invoke("fit", *args)
+    assert shown.exit_code == 0, shown.output
+    assert "TRL's GRPOTrainer" in shown.output and "8 completions of up to 768 tokens" in shown.output
+    assert "per phase" in shown.output and "Generation: about" in shown.output
+    data = json.loads(invoke("fit", *args, "--json").output)
+    assert data["method"]["rollout"] == {
+        "completion": 768,
+        "generations": 8,
+        "beta": 0.0,
+        "generation": "transformers",
+    }
+    pick = next(r for r in data["configurations"] if r["fits"])
+    assert {"prefill", "decode", "forward", "backward"} <= set(pick["phases_gb"])
+    assert pick["generation_tokens_per_s"] > 0
+    code = pick["code"]
+    assert "GRPOConfig(" in code and "num_generations=8" in code and "reward_funcs=reward_placeholder" in code
+    assert "PLACEHOLDER" in code
+
+
+@pytest.mark.slow
+def test_the_fused_loss_shows_its_saving_on_gemma_3s_vocabulary(invoke, tmp_path):
+    """Gemma 3's 262,144-token vocabulary: the model's own loss holds [tokens, vocabulary] logits (and an fp32
+    copy of them); Liger's fused loss never makes them. The same configuration, at the same micro-batch,
+    takes several GiB less, and its script turns Liger's fused loss on alone."""
+    args = ["--model", "gemma-3-27b", "--gpu", "H100", "--adapter", "lora", "--optimizer", "adamw"]
+    args += ["--strategy", "checkpointing", "--batch-size", "2", "--json", "--db", tmp_path / "kb.sqlite"]
+    rows = {}
+    for loss in ("logits", "fused"):
+        result = invoke("fit", *args, "--loss", loss)
+        assert result.exit_code == 0, result.output
+        rows[loss] = json.loads(result.output)["configurations"][0]
+    saved = rows["logits"]["memory_gb"]["total"] - rows["fused"]["memory_gb"]["total"]
+    logits = 2 * 2048 * 262_144 * 2 / 1e9  # one bf16 copy of two samples' logits
+    assert saved > logits, (saved, logits)
+    assert rows["fused"]["max_batch_size"] > rows["logits"]["max_batch_size"]
+    arguments = rows["fused"]["training_arguments"]
+    assert arguments["use_liger_kernel"] is True
+    assert arguments["liger_kernel_config"]["fused_linear_cross_entropy"] is True
+    assert not any(
+        v for k, v in arguments["liger_kernel_config"].items() if k != "fused_linear_cross_entropy"
+    )
+
+
+def test_grpo_generation_by_vllm_beside_training_takes_its_share_of_the_gpu(invoke, tmp_path):
+    """vLLM colocated holds 30 % of the GPU: less left to training; a vLLM server's generation holds none of
+    it (no generation phase traced), and the script asks TRL for it."""
+    base = ["--model", QWEN, "--gpu", "T4", "--method", "grpo", "--seq-len", "128", "--completion-len", "64"]
+    base += [
+        "--optimizer",
+        "adamw",
+        "--strategy",
+        "standard",
+        "--adapter",
+        "lora",
+        "--json",
+        "--db",
+        tmp_path / "kb",
+    ]
+    answers = {}
+    for generation in ("transformers", "vllm-colocate", "vllm-server"):
+        result = invoke("fit", *base, "--generation", generation)
+        assert result.exit_code == 0, result.output
+        answers[generation] = json.loads(result.output)["configurations"][0]
+    assert answers["vllm-colocate"]["max_batch_size"] < answers["vllm-server"]["max_batch_size"]
+    assert "decode" in answers["transformers"]["phases_gb"]
+    assert "decode" not in answers["vllm-server"]["phases_gb"]
+    assert "scoring" in answers["vllm-server"]["phases_gb"]
+    assert "vllm_mode='server'" in answers["vllm-server"]["code"]
+    assert "vllm_mode='colocate'" in answers["vllm-colocate"]["code"]
 
 
 def test_dpo_with_the_adapter_as_reference_leaves_full_fine_tuning_out_and_says_so(invoke, tmp_path):

@@ -310,6 +310,7 @@ TRL_ROWS = {
         {"prompt": _words(i, 4), "chosen": _words(i + 1, 6), "rejected": _words(i + 2, 5)} for i in range(4)
     ],
     "reward": [{"chosen": _words(i, 8), "rejected": _words(i + 3, 7)} for i in range(4)],
+    "grpo": [{"prompt": _words(i, 6)} for i in range(4)],
 }
 TRL_RUNNER = """
 import os, sys, json, warnings
@@ -329,8 +330,9 @@ for key, (code, rows) in scripts.items():
 
 @pytest.mark.slow
 def test_the_printed_trl_scripts_train_a_tiny_model_on_their_columns(invoke, tiny_model, tmp_path):
-    """SFT, DPO (the reference a frozen copy, the disabled adapter, precomputed) and a reward model: each
-    printed TRL script trains the tiny model on a train.jsonl with its method's columns, warnings as errors."""
+    """SFT, DPO (the reference a frozen copy, the disabled adapter, precomputed), a reward model and GRPO
+    (without a reference, with the disabled adapter, with a copy loaded from the model's folder): each printed
+    TRL script trains the tiny model on a train.jsonl with its method's columns, warnings as errors."""
     db = tmp_path / "kb.sqlite"
     asked = [
         ("sft", "full", None, "checkpointing"),
@@ -340,10 +342,15 @@ def test_the_printed_trl_scripts_train_a_tiny_model_on_their_columns(invoke, tin
         ("dpo", "full", "precomputed", "standard"),
         ("reward", "lora", None, "standard"),
         ("reward", "full", None, "accumulation"),
+        ("grpo", "full", None, "accumulation"),
+        ("grpo", "lora", "adapter", "checkpointing"),
+        ("grpo", "full", "model", "standard"),
     ]
     scripts = {}
     for method, adapter, reference, strategy in asked:
         extra = ["--reference", reference] if reference else []
+        if method == "grpo":
+            extra += ["--beta", "0.04"] if reference else []
         result = invoke(
             "fit", "--model", tiny_model, "--gpu", "cpu", "--seq-len", "16", "--method", method,
             "--adapter", adapter, "--optimizer", "adamw", "--strategy", strategy, *extra, "--json", "--db", db,
@@ -352,7 +359,11 @@ def test_the_printed_trl_scripts_train_a_tiny_model_on_their_columns(invoke, tin
         rows = json.loads(result.output)["configurations"]
         code = rows[0]["code"]
         assert "advisor" not in code.replace("advisor fit", ""), code
-        assert "MAX_LENGTH = 16" in code and "max_length=MAX_LENGTH" in code
+        assert "MAX_LENGTH = 16" in code
+        lengths = (
+            "max_completion_length=MAX_COMPLETION_LENGTH" if method == "grpo" else "max_length=MAX_LENGTH"
+        )
+        assert lengths in code
         scripts[f"{method}/{adapter}/{reference}/{strategy}"] = (code, TRL_ROWS[method])
     (tmp_path / "scripts.json").write_text(json.dumps(scripts))
     run = subprocess.run(

@@ -26,6 +26,7 @@ from advisor.measuring.model.adapters import Gemm4bitDecomposed, adapted
 from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import checkpointing_of, enable_checkpointing
 from advisor.measuring.tracer.engine import Spec, _has_experts, autocast, cuda_kernels, experts_of, precision
+from advisor.measuring.tracer.methods import step_loss
 
 COMPILED = ("adamw_torch_8bit", "adamw_torch_4bit")  # torchao's steps: checked by the allocator's peak only
 _SAVED: dict[str, Path] = {}  # config -> a folder of saved weights, for from_pretrained's quantized load
@@ -170,7 +171,7 @@ def _measured_step(spec: Spec, model, optimizer: str, batch: int, window: int):
                 tracker.reset_mod_stats()  # MemTracker's per-module stats take one forward at a time
             inputs = spec.family.fit_batch(spec.config, batch, spec.seq_len, spec.image_size)
             with autocast(spec):
-                loss = model(**inputs).loss
+                loss = step_loss(spec, model, None, inputs, lambda phase: None)  # the model's own, or Liger's
             loss.backward()
             del loss
         opt.step()  # `inputs`, the last micro-batch, is still held here, as a training loop holds it

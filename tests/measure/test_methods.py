@@ -1,5 +1,7 @@
 """`advisor fit --method`: TRL's steps (SFT; DPO with its reference a frozen copy, the disabled adapter, or
-precomputed; a reward model) predicted against the same step run for real by TRL's own trainer on the CPU,
+precomputed; a reward model; GRPO generating its completions with transformers, without a reference, with a
+frozen copy, with the disabled adapter) predicted against the same step run for real by TRL's own trainer on
+the CPU,
 measured by PyTorch's MemTracker (tests/measure/trlstep.py), in three architectures: Llama, Qwen3, and
 Gemma 2 (its final-logit softcapping takes another path through TRL's fused head). The vocabulary spans
 two of TRL's 32,768-wide chunks, so the chunking itself is exercised."""
@@ -10,13 +12,13 @@ import pytest
 import torch
 
 from advisor.measuring.model.families import family
-from advisor.measuring.tracer.engine import Spec, predict
+from advisor.measuring.tracer.engine import ONCE, Spec, predict
 from advisor.measuring.tracer.methods import trl_kernels
-from advisor.prediction.step import Adapter, Method, phase_peaks, tensor_peak
+from advisor.prediction.step import Adapter, Method, at_generation, phase_peaks, tensor_peak
 
 from ..conftest import RULES
 from .test_menu import tiny
-from .trlstep import real_trl_peak
+from .trlstep import real_trl_peaks
 
 ARCHS = {
     "llama": dict(num_hidden_layers=2),
@@ -31,7 +33,11 @@ STEPS = [  # (method, reference, adapter)
     ("dpo", "precomputed", "full"),
     ("reward", None, "full"),
     ("reward", None, "lora"),
+    ("grpo", None, "full"),
+    ("grpo", "model", "full"),
+    ("grpo", "adapter", "lora"),
 ]
+COMPLETION = 8  # GRPO's generated tokens of the spec's 32: a prompt of 24
 VOCAB = 40_000  # two chunks of TRL's head: 32,768 and the rest
 
 
@@ -48,16 +54,29 @@ def spec_of(arch: str, method: str, reference, adapter: str, device: str = "cpu"
         device,
         kind,
         attention,
-        method=Method(method, reference),
+        method=Method("grpo", reference, COMPLETION, "transformers")
+        if method == "grpo"
+        else Method(method, reference),
     )
 
 
-def error(spec: Spec, strategy: str = "standard") -> float:
-    """Predicted / real - 1 of a micro-batch's peak (forward, reference, backward) at micro-batch 2, the
-    optimizer's state held: the optimizer's step is Trainer's under every method (tests/measure/test_menu.py)."""
+def errors(spec: Spec, strategy: str = "standard") -> dict[str, float]:
+    """Predicted / real - 1 at micro-batch 2, the optimizer's state held: of the step's peak before the
+    optimizer's step (GRPO's rollout, the forward, the reference's, the backward; the optimizer's step is
+    Trainer's under every method: tests/measure/test_menu.py), and for GRPO of its rollout's alone
+    (generation and scoring, TRL's `_prepare_inputs`)."""
     payload = predict(spec, ["adamw"], [strategy], RULES.fit)[("adamw", strategy)]
-    predicted = max(v for phase, v in phase_peaks(payload, 2).items() if phase != "optimizer_step")
-    return predicted / real_trl_peak(spec, strategy) - 1
+    peaks = phase_peaks(payload, 2)
+    step, rollout = real_trl_peaks(spec, strategy)
+    out = {"step": max(v for phase, v in peaks.items() if phase != "optimizer_step") / step - 1}
+    if rollout is not None:
+        out["rollout"] = max(v for p, v in peaks.items() if p in ONCE) / rollout - 1
+    return out
+
+
+def error(spec: Spec, strategy: str = "standard") -> float:
+    """The largest of `errors` (by size)."""
+    return max(errors(spec, strategy).values(), key=abs)
 
 
 @pytest.mark.slow
@@ -71,6 +90,38 @@ def test_trl_steps_are_predicted_within_one_percent_of_trls_own(arch):
 @pytest.mark.slow
 def test_a_checkpointed_dpo_step_is_predicted_too():
     assert abs(error(spec_of("llama", "dpo", "model", "full"), "checkpointing")) <= 0.01
+
+
+@pytest.mark.slow
+def test_grpo_in_mixed_precision_with_checkpointing_is_predicted_too():
+    """Generation runs without checkpointing (TRL turns it off) in accelerate's autocast, one per forward;
+    a peft model generates through its base's forward, outside it."""
+    for adapter, reference in (("full", "model"), ("lora", None)):
+        spec = replace(spec_of("qwen3", "grpo", reference, adapter), dtype="bf16-mixed")
+        assert abs(error(spec, "checkpointing")) <= 0.01, (adapter, reference)
+
+
+def test_grpos_generation_holds_the_whole_generation_batchs_kv_cache():
+    """The decoding step holds the KV cache of every completion at full length: it grows with the prompt
+    and completion lengths, and (at_generation) an accumulating step generates for its whole window."""
+    spec = spec_of("llama", "grpo", None, "full")
+    payload = predict(spec, ["adamw"], ["accumulation"], RULES.fit)[("adamw", "accumulation")]
+    config = spec.config
+    kv_per_token = (
+        2
+        * config.num_hidden_layers
+        * config.num_key_value_heads
+        * (config.hidden_size // config.num_attention_heads)
+        * 4
+    )
+    decode = [phase_peaks(payload, b)["decode"] for b in (2, 3)]
+    assert decode[1] - decode[0] >= kv_per_token * (spec.seq_len - 1)
+    window = at_generation(payload, 16)
+    assert (
+        phase_peaks(window, 1)["decode"]
+        == phase_peaks(window, 4)["decode"]
+        == phase_peaks(payload, 16)["decode"]
+    )
 
 
 def test_the_reference_copy_is_held_through_the_step_and_the_adapter_costs_none():

@@ -1,6 +1,7 @@
 """A real TRL training step on the CPU, measured by PyTorch's own MemTracker: TRL's trainer (SFTTrainer,
-DPOTrainer, RewardTrainer) built on a real model, its own `training_step` (TRL's compute_loss: its fused
-head, DPO's reference forward) on a full-length batch as its collator gives one, then its optimizer's step.
+DPOTrainer, RewardTrainer, GRPOTrainer) built on a real model, its own `training_step` (TRL's compute_loss:
+its fused head, DPO's reference forward; GRPO's generation by transformers' generate, its reference's
+log-probabilities, its loss) on a full-length batch as its collator gives one, then its optimizer's step.
 The truth `advisor fit --method` is checked against (tests/measure/test_methods.py, bench/fit_methods.py).
 
 Nothing here is the tracer's: the loss is TRL's, the model transformers', the bytes MemTracker's."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import warnings
+from unittest import mock
 
 import torch
 from datasets import Dataset
@@ -27,7 +29,14 @@ TRAINERS = {
     "sft": ("SFTConfig", "SFTTrainer"),
     "dpo": ("DPOConfig", "DPOTrainer"),
     "reward": ("RewardConfig", "RewardTrainer"),
+    "grpo": ("GRPOConfig", "GRPOTrainer"),
 }
+GRPO_BETA = 0.04  # a KL coefficient that loads the reference (TRL's default 0.0 loads none)
+
+
+def length_reward(completions, **kwargs) -> list[float]:
+    """A reward function of the kind GRPOTrainer takes (its value never changes memory)."""
+    return [float(len(c)) for c in completions]
 
 
 def _dataset(method: str) -> Dataset:
@@ -37,6 +46,7 @@ def _dataset(method: str) -> Dataset:
         "sft": {"text": [words] * 2},
         "dpo": {"prompt": [words] * 2, "chosen": [words] * 2, "rejected": [words] * 2},
         "reward": {"chosen": [words] * 2, "rejected": [words] * 2},
+        "grpo": {"prompt": [words] * 2},
     }[method]
     return Dataset.from_dict(rows)
 
@@ -75,6 +85,13 @@ def _batch(spec: Spec, batch: int) -> dict:
     return out
 
 
+def _prompts(spec: Spec, batch: int) -> list[dict]:
+    """GRPO's batch as its dataloader gives it: prompts (each generated for), of the spec's prompt length in
+    the word-level tokenizer's words."""
+    length = spec.seq_len - spec.method.completion
+    return [{"prompt": " ".join(f"w{i % 50}" for i in range(length))} for _ in range(batch)]
+
+
 def trainer_of(spec: Spec, strategy: str, folder: str):
     """The method's TRL trainer on a real model (DPO's reference: a frozen copy passed as ref_model, the
     disabled adapter, or precomputed), its AdamW made as Trainer makes it."""
@@ -85,11 +102,18 @@ def trainer_of(spec: Spec, strategy: str, folder: str):
     kwargs = {}
     if spec.method.kind == "dpo":
         kwargs["precompute_ref_log_probs"] = spec.method.reference == "precomputed"
+    if spec.method.kind == "grpo":
+        kwargs |= {
+            "num_generations": 2,
+            "max_completion_length": spec.method.completion,
+            "beta": GRPO_BETA if spec.method.reference else 0.0,
+        }
+    else:
+        kwargs["max_length"] = spec.seq_len
     args = getattr(trl, config_name)(
         output_dir=folder,
         use_cpu=True,
         per_device_train_batch_size=2,
-        max_length=spec.seq_len,
         activation_checkpointing=strategy.startswith("checkpointing"),
         bf16=half is torch.bfloat16,
         report_to=[],
@@ -100,7 +124,13 @@ def trainer_of(spec: Spec, strategy: str, folder: str):
     if spec.method.kind == "dpo" and spec.method.reference == "model":
         reference = copy.deepcopy(model)
         extra["ref_model"] = reference
-    with warnings.catch_warnings():
+    if spec.method.kind == "grpo":
+        extra["reward_funcs"] = length_reward
+    # GRPO loads its reference from the policy's Hub id: here, a copy of the policy as built
+    loads = mock.patch(
+        "trl.trainer.grpo_trainer.create_model_from_path", lambda *a, **k: copy.deepcopy(model)
+    )
+    with warnings.catch_warnings(), loads:
         warnings.simplefilter("ignore")
         trainer = getattr(trl, trainer_name)(
             model=model,
@@ -114,30 +144,54 @@ def trainer_of(spec: Spec, strategy: str, folder: str):
     trained = [p for p in trainer.model.parameters() if p.requires_grad]
     trainer.optimizer = make_optimizer("adamw", trained, 1e-4, model=trainer.model)
     trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
+    # and as train() prepares the model: under mixed precision, its forward wrapped in autocast with its
+    # outputs made fp32 (accelerate's prepare_model), where generate calls it
+    trainer.model_wrapped = trainer.accelerator.prepare_model(trainer.model)
     return trainer
 
 
 def real_trl_peak(spec: Spec, strategy: str = "standard", batch: int = 2) -> int:
     """Peak live tensor bytes of a TRL micro-batch (TRL's `training_step`: its loss, the reference's forward,
-    the backward) in the second optimizer step, the first's optimizer state held. The optimizer's own step is
-    Trainer's whatever the method, and left out."""
+    the backward; GRPO's generation and scoring before them) in the second optimizer step, the first's
+    optimizer state held. The optimizer's own step is Trainer's whatever the method, and left out."""
+    return real_trl_peaks(spec, strategy, batch)[0]
+
+
+def real_trl_peaks(spec: Spec, strategy: str = "standard", batch: int = 2) -> tuple[int, int | None]:
+    """(the step's peak as real_trl_peak measures it, GRPO's rollout's alone: what `_prepare_inputs` holds at
+    its peak while it generates and scores, in a third step; None for another method)."""
     torch.manual_seed(0)
+    grpo = spec.method.kind == "grpo"
     with tempfile.TemporaryDirectory() as folder:
         trainer = trainer_of(spec, strategy, folder)
         model, opt = trainer.model, trainer.optimizer
+        held = [trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else []
+        trackers = {}  # made once the optimizer's state exists (MemTracker counts what it holds when told)
+        prepare = trainer._prepare_inputs
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for step in range(2):
+            for step in range(3 if grpo else 2):  # the step's peak in the second, the rollout's in the third
                 opt.zero_grad(set_to_none=True)
-                tracker = StepMemTracker() if step else None
-                if tracker is not None:
-                    held = [trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else []
-                    tracker.track_external(model, opt, *held)
-                with tracker if tracker is not None else _Nothing():
-                    trainer.training_step(model, _batch(spec, batch))
+                if step:
+                    trackers[step] = StepMemTracker()
+                    trackers[step].track_external(model, opt, *held)
+                if step == 2:
+                    trainer._prepare_inputs = lambda inputs: _within(trackers[2], prepare, inputs)
+                inputs = _prompts(spec, batch) if grpo else _batch(spec, batch)
+                with trackers[1] if step == 1 else _Nothing():
+                    trainer.training_step(model, inputs, None)
                 opt.step()
-        (snapshot,) = tracker.get_tracker_snapshot("peak").values()
-        return snapshot["Total"]
+    return _total(trackers[1]), _total(trackers[2]) if grpo else None
+
+
+def _within(tracker, call, inputs):
+    with tracker:
+        return call(inputs)
+
+
+def _total(tracker) -> int:
+    (snapshot,) = tracker.get_tracker_snapshot("peak").values()
+    return snapshot["Total"]
 
 
 class StepMemTracker(FrozenOKMemTracker):

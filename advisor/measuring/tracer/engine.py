@@ -68,6 +68,7 @@ from advisor.measuring.tracer.methods import (
     model_class,
     prepare,
     prepare_reference,
+    rollout,
     step_loss,
     trl_kernels,
 )
@@ -102,6 +103,8 @@ TRACE_LR = 1e-3  # the rate never changes memory or FLOPs
 HALF = {"bf16-mixed": "bf16"}  # a mixed precision whose optimizer can be offloaded: its device half
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 PHASES = ("forward", "reference", "backward")  # a micro-batch's traced phases, in order (reference: DPO's)
+# GRPO's phases once per optimizer step, before its first micro-batch (methods.rollout; step.py ROLLOUT)
+ONCE = ("prefill", "decode", "scoring", "reference")
 
 
 @dataclass(frozen=True)
@@ -458,6 +461,9 @@ def trace_windows(
                     batch = {k: values.add(mode.from_tensor(v), v) for k, v in real.items()}
                     for t in batch.values():
                         live.track(t, "activations")
+                    if i == 0 and spec.method.kind == "grpo":
+                        batch |= rollout(spec, model, reference, batch, live.start, lambda: autocast(spec))
+                        live.flops = 0  # the generation's FLOPs are not the training step's
                     live.start(f"forward{i}")
                     with autocast(spec) if not sharded else nullcontext():  # FSDP casts by its policy
                         loss = step_loss(
@@ -488,7 +494,7 @@ def _traced(spec: Spec, config, model, live: LiveBytes, real: dict, flops: int, 
         "largest_module": largest_module(model),
         "root": root_parameters(model) if blocks(model) else 0,
     }
-    timeline = {p: t for p, t in live.timeline.items() if p.startswith(PHASES)}
+    timeline = {p: t for p, t in live.timeline.items() if p.startswith(PHASES) or p in ONCE}
     if derive:
         timeline |= accumulating(timeline, live.timeline["done"][0][1])
     return Trace(
@@ -537,9 +543,9 @@ def _held_bytes(module) -> int:
 
 
 def _reference(spec: Spec, config, mode, mesh):
-    """DPO's reference model where it is one of its own (`reference = "model"`), sharded as the policy is
-    (TRL prepares it with the same FSDP or ZeRO-3 plugin); None otherwise."""
-    if spec.method.kind != "dpo" or spec.method.reference != "model":
+    """DPO's (GRPO's) reference model where it is one of its own (`reference = "model"`), sharded as the
+    policy is (TRL prepares it with the same FSDP or ZeRO-3 plugin); None otherwise."""
+    if spec.method.reference != "model":
         return None
     return build(spec, config, mode, None, mesh, frozen=True)
 
@@ -804,7 +810,8 @@ class Tracer:
             common = self._common(device_spec, traces, points, sharded)
             for strategy in asked:
                 micro = (0, 1) if strategy.endswith("accumulation") else (0,)
-                names = [f"{p}{i}" for i in micro for p in PHASES if f"{p}{i}" in lines[points[0]]]
+                names = [p for p in ONCE if p in lines[points[0]]]
+                names += [f"{p}{i}" for i in micro for p in PHASES if f"{p}{i}" in lines[points[0]]]
                 for name in optimizers:
                     by_point = {d: steps[d][name] for d in points}
                     out[(name, strategy)] = self._payload(

@@ -1,7 +1,7 @@
 """The step of each training method as its trainer runs it, for the tracer: Trainer's own loss, or TRL's
-(SFTTrainer, DPOTrainer, RewardTrainer) with TRL's own fused LM head, so that what TRL allocates (its
-chunked log-probabilities instead of the [tokens, vocab] logits, DPO's reference forward alongside the
-policy's activations) is traced, not modelled. The method's vocabulary (advisor/prediction/step.py Method)
+(SFTTrainer, DPOTrainer, RewardTrainer, GRPOTrainer) with TRL's own fused LM head, so that what TRL
+allocates (its chunked log-probabilities instead of the [tokens, vocab] logits, DPO's reference forward
+alongside the policy's activations, GRPO's generation with its KV cache) is traced, not modelled. The method's vocabulary (advisor/prediction/step.py Method)
 is the answer side's; this module imports TRL.
 
 On a CUDA spec, TRL's chunked log-probabilities take their CUDA path (`trl_kernels`): only the scored
@@ -24,7 +24,9 @@ DPO_BETA = 0.1  # DPOConfig's default; the loss's scale never changes memory
 FUSED_OUTPUTS = {
     "sft": ("log_probs", "entropy", "is_top1"),
     "dpo": ("log_probs", "entropy", "mean_logits", "is_top1"),
+    "grpo": ("log_probs", "entropy"),
 }
+GRPO_EPSILON = (0.2, 0.2)  # GRPOConfig's clipping range (epsilon, epsilon_high defaults to epsilon)
 
 
 def model_class(spec):
@@ -58,7 +60,8 @@ def prepare(spec, model) -> None:
 
 
 def prepare_reference(reference) -> None:
-    """DPOTrainer's reference model: frozen, in eval mode, with the fused head (log-probabilities only)."""
+    """DPOTrainer's (GRPOTrainer's) reference model: frozen, in eval mode, with the fused head
+    (log-probabilities only)."""
     from trl.trainer.utils import add_fused_lm_head
 
     reference.requires_grad_(False)
@@ -72,6 +75,9 @@ def batch_of(spec, config, batch_size: int) -> dict:
     completion token (the most TRL's head projects)."""
     rows = 2 * batch_size if spec.method.pairs else batch_size
     batch = spec.family.fit_batch(config, rows, spec.seq_len, spec.image_size, spec.images)
+    if spec.method.kind == "grpo":  # prompt then completion; only the completion is scored
+        batch["labels"][:, : -spec.method.completion] = -100
+        batch["advantages"] = torch.zeros(rows)
     if spec.method.kind == "reward":
         batch.pop("labels", None)
     if spec.method.kind == "dpo" and spec.method.reference == "precomputed":
@@ -83,6 +89,8 @@ def step_loss(spec, model, reference, batch: dict, start) -> torch.Tensor:
     """The micro-batch's loss as the method's trainer computes it (`start(phase)` marks where the reference's
     forward begins: its own phase of the step)."""
     kind = spec.method.kind
+    if kind == "trainer" and spec.method.loss == "fused":
+        return _fused_loss(model, batch)
     if kind == "trainer":
         return model(**batch).loss
     if kind == "sft":
@@ -91,7 +99,100 @@ def step_loss(spec, model, reference, batch: dict, start) -> torch.Tensor:
     if kind == "reward":
         chosen, rejected = model(**batch, use_cache=False).logits.squeeze(-1).chunk(2)
         return -F.logsigmoid(chosen - rejected).mean()
+    if kind == "grpo":
+        return _grpo_loss(spec, model, batch)
     return _dpo_loss(spec, model, reference, batch, start)
+
+
+def _fused_loss(model, batch: dict) -> torch.Tensor:
+    """Trainer's step with Liger's fused linear cross-entropy in the model's forward (its `lce_forward`): the
+    decoder's hidden states, then the output layer and the loss in chunks (fused_loss.py), no logits."""
+    from advisor.measuring.tracer.fused_loss import causal_lm_loss
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    hidden = base.model(**inputs, use_cache=False)[0]
+    return causal_lm_loss(hidden, base.get_output_embeddings().weight, batch["labels"])
+
+
+def _grpo_loss(spec, model, batch: dict) -> torch.Tensor:
+    """GRPOTrainer's loss as its defaults compute it (DAPO's token-level clipped ratio, the old
+    log-probabilities the current ones detached; the KL to the reference's where they were scored)."""
+    completion = spec.method.completion
+    out = model(**_scored(batch), use_cache=False, fused_lm_head=True)
+    logps = out.log_probs[:, -completion:]
+    _ = out.entropy[:, -completion:]  # TRL keeps it for its metrics
+    mask = batch["attention_mask"][:, -completion:]
+    coef_1 = torch.exp(logps - logps.detach())
+    coef_2 = torch.clamp(coef_1, 1 - GRPO_EPSILON[0], 1 + GRPO_EPSILON[1])
+    advantages = batch["advantages"].unsqueeze(1)
+    per_token = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    if "ref_logps" in batch:
+        ref = batch["ref_logps"]
+        per_token = per_token + DPO_BETA * (torch.exp(ref - logps) - (ref - logps) - 1)
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def _scored(batch: dict) -> dict:
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
+
+
+def rollout(spec, model, reference, batch: dict, start, cast) -> dict:
+    """What GRPOTrainer does before its loss, once per optimizer step, without gradients: the completions
+    sampled (by the policy itself: its prefill over the prompts, then the last decoding step, the KV cache
+    at its fullest; vLLM elsewhere: the policy's log-probabilities for its importance-sampling correction),
+    then the reference's log-probabilities where the KL coefficient is not 0. `start(phase)` marks each
+    phase ("filling": the cache grown to the last step's length, not a phase of the run); `cast()`, the
+    autocast each forward of the prepared model runs in (accelerate wraps its forward in its own, and makes
+    its outputs fp32). A peft model generates through its base model's forward, which accelerate never
+    wrapped: in the base's own precision. Returns what the loss reads of it."""
+    from trl.models.utils import disable_gradient_checkpointing
+
+    completion = spec.method.completion
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+
+    def forward(module, wrapped: bool = True, **inputs):
+        with cast() if wrapped else nullcontext():
+            out = module(**inputs)
+        if wrapped and getattr(out, "logits", None) is not None and out.logits.dtype != torch.float32:
+            out.logits = out.logits.float()  # accelerate's convert_outputs_to_fp32
+        return out
+
+    generating = {"wrapped": not hasattr(model, "get_base_model"), "use_cache": True, "logits_to_keep": 1}
+    out = {}
+    with torch.no_grad(), disable_gradient_checkpointing(model):
+        if spec.method.generates:
+            start("prefill")
+            prompt = {"input_ids": ids[:, :-completion], "attention_mask": mask[:, :-completion]}
+            _sample(forward(model, **prompt, **generating), [None, None])
+            start("filling")
+            grown = forward(model, input_ids=ids[:, :-2], attention_mask=mask[:, :-2], **generating)
+            cache, last = grown.past_key_values, [None, None]
+            _sample(grown, last)
+            del grown
+            start("decode")
+            step = {"input_ids": ids[:, -2:-1], "attention_mask": mask[:, :-1], "past_key_values": cache}
+            _sample(forward(model, **step, **generating), last)
+            del cache, last
+        else:
+            start("scoring")
+            forward(model, **_scored(batch), use_cache=False, fused_lm_head=True)
+        if spec.method.reference is not None:
+            start("reference")
+            with _reference_of(spec, model, reference) as ref_model:
+                logps = forward(ref_model, **_scored(batch), use_cache=False, fused_lm_head=True).log_probs
+                out["ref_logps"] = logps[:, -completion:]
+    return out
+
+
+def _sample(out, last: list) -> None:
+    """transformers' sampling step on a forward's last logits (GRPOConfig's defaults: temperature 1, no
+    top-k or top-p: no logits processor runs): an fp32 copy, its softmax, one token drawn per row, the
+    forward's output alive until the step ends. `last` holds the previous step's copy and probabilities, as
+    generate's loop variables do until they are bound again."""
+    last[0] = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+    last[1] = F.softmax(last[0], dim=-1)
+    torch.multinomial(last[1], num_samples=1)
 
 
 def _dpo_loss(spec, model, reference, batch: dict, start) -> torch.Tensor:
