@@ -204,6 +204,10 @@ def _checked(request: RecommendRequest, rules: Rules) -> tuple[ResolvedModel | N
     return resolved, family
 
 
+# FitRequest's fields that say which step is traced (Trainer's or TRL's, and its settings)
+STEP_FIELDS = ("method", "reference", "completion_len", "generations", "beta", "generation", "loss")
+
+
 def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules: Rules):
     """(the measured cells predicted on the user's model, the menu's answer there), or (None, None) without a
     model and an accelerator. One cache serves both."""
@@ -226,6 +230,8 @@ def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules:
         dtype=mixed_dtype(acc),
         batch_size=menu.batch_size or 1,
         optimizers=grid,
+        seq_len=menu.seq_len,
+        **{name: getattr(menu, name) for name in STEP_FIELDS},  # the step the user trains with
     )
     narrowed = _narrowed(menu, rules, request.optimizers, request.exclude_optimizers, request.strategies)
     return fit(resolved, cells), fit(resolved, narrowed)

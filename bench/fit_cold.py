@@ -32,8 +32,9 @@ QUESTIONS = {  # name -> (the question's options, its target)
     "Gemma-3-27B on an A100-80GB": (["--model", "gemma-3-27b", "--gpu", "A100-80GB"], ONE),
     "Mixtral-8x7B on an A100-80GB": (["--model", "mixtral-8x7b", "--gpu", "A100-80GB"], ONE),
     "Qwen3-30B-A3B on an H100": (["--model", "qwen3-30b-a3b", "--gpu", "H100"], ONE),
-    "Qwen2.5-7B-Instruct LoRA on an L4 at 4,096 tokens (nothing fits: the levers)": (
-        ["--model", "qwen2.5-7b-instruct", "--gpu", "L4", "--adapter", "lora", "--seq-len", "4096"],
+    "Qwen2.5-7B-Instruct LoRA on an L4 at 4,096 tokens, Trainer's step (nothing fits: the levers)": (
+        ["--model", "qwen2.5-7b-instruct", "--gpu", "L4", "--adapter", "lora", "--seq-len", "4096"]
+        + ["--method", "trainer"],
         ONE,
     ),
     "Mistral-7B on 2 RTX 3090": (["--model", "mistral-7b", "--gpu", "RTX3090", "--gpus", "2"], SEVERAL),

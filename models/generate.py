@@ -41,6 +41,16 @@ QWEN3_MOE = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], 
                  eos_token_id=151645, tie_word_embeddings=False, num_experts=128, num_experts_per_tok=8,
                  decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, use_sliding_window=False,
                  sliding_window=None)
+# gpt-oss: 64 query heads of 64 on a 2,880-wide residual, 8 KV heads, alternating 128-token sliding and full
+# attention with learned sinks, 4 experts of each layer's routed per token, bf16 weights as trained (the
+# release's MXFP4 experts are dequantized to train them)
+GPT_OSS = dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"], hidden_size=2880, intermediate_size=2880,
+               head_dim=64, num_attention_heads=64, num_key_value_heads=8, sliding_window=128, vocab_size=201088,
+               num_experts_per_tok=4, max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
+               tie_word_embeddings=False, swiglu_limit=7.0, router_aux_loss_coef=0.9, bos_token_id=199998,
+               eos_token_id=200002, pad_token_id=199999,
+               rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                 original_max_position_embeddings=4096, rope_theta=150000.0))
 MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], rms_norm_eps=1e-5, bos_token_id=1,
                eos_token_id=2, sliding_window=None)
 
@@ -125,6 +135,19 @@ MODELS = {  # name -> (hub id, config fields)
                         "moe_intermediate_size": 1536}),
     "Phi-3-mini-4k-instruct": ("microsoft/Phi-3-mini-4k-instruct", {**PHI3, **dims(3072, 8192, 32, 32, 32)}),
     "Phi-3-medium-4k-instruct": ("microsoft/Phi-3-medium-4k-instruct", {**PHI3, **dims(5120, 17920, 40, 40, 10)}),
+    "phi-4": ("microsoft/phi-4", {**PHI3, **dims(5120, 17920, 40, 40, 10), "vocab_size": 100352,
+              "max_position_embeddings": 16384, "rope_theta": 250000.0, "bos_token_id": 100257,
+              "eos_token_id": 100257, "pad_token_id": 100257}),
+    "SmolLM3-3B": ("HuggingFaceTB/SmolLM3-3B", {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"],
+                   **dims(2048, 11008, 36, 16, 4), "vocab_size": 128256, "max_position_embeddings": 65536,
+                   "rope_theta": 5000000.0, "no_rope_layer_interval": 4, "rms_norm_eps": 1e-6,
+                   "tie_word_embeddings": True, "bos_token_id": 128000, "eos_token_id": 128012,
+                   "pad_token_id": 128004}),
+    "Mistral-Small-24B-Base-2501": ("mistralai/Mistral-Small-24B-Base-2501", {**MISTRAL, **dims(5120, 32768, 40, 32, 8),
+                                    "head_dim": 128, "vocab_size": 131072, "rope_theta": 100000000.0,
+                                    "max_position_embeddings": 32768}),
+    "gpt-oss-20b": ("openai/gpt-oss-20b", {**GPT_OSS, "num_hidden_layers": 24, "num_local_experts": 32}),
+    "gpt-oss-120b": ("openai/gpt-oss-120b", {**GPT_OSS, "num_hidden_layers": 36, "num_local_experts": 128}),
 }
 
 

@@ -763,6 +763,7 @@ def model_summary(fit, group: Group) -> dict:
         "dtype": ", ".join(q.dtypes),
         "batch_size": q.batch_size,
         "seq_len": q.seq_len,
+        "method": q.method,  # the step predicted: Trainer's, or TRL's (advisor fit --method)
         "evidence_parameters": group.n_params,
     }
     return out

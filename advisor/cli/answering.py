@@ -24,6 +24,7 @@ from advisor.cli.params import (
     evidence_options,
     json_option,
     menu_options,
+    method_options,
     model_option,
     names_option,
     reading_kb,
@@ -58,6 +59,7 @@ def show(render) -> None:
 @names_option("--strategy", "strategies", "strategy", help_of(RecommendRequest, "strategies"))
 @evidence_options
 @menu_options
+@method_options
 @click.option(
     "--verbose",
     "-v",
@@ -78,6 +80,7 @@ def recommend(db, as_json, verbose, **options):
     \b
     Examples:
         advisor recommend --model llama-3.1-8b --gpu RTX4090 --optimize time
+        advisor recommend --model qwen3-8b --gpu RTX4090 --method grpo --optimize memory
         advisor recommend --arch encoder --optimize loss --verbose
         advisor recommend --model ./my-bert --optimize time --memory 40
         advisor recommend --arch decoder --exclude-optimizer adam --json

@@ -18,6 +18,7 @@ from advisor.cli.params import (
     echo_json,
     json_option,
     menu_options,
+    method_options,
     model_option,
     names_option,
     shape_options,
@@ -25,7 +26,6 @@ from advisor.cli.params import (
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.question import FitRequest
-from advisor.prediction.step import GENERATIONS, LOSSES, METHODS, REFERENCES
 from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 
@@ -38,13 +38,7 @@ from advisor.rules import load_rules
 @names_option("--strategy", "strategies", "strategy", help_of(FitRequest, "strategies"))
 @menu_options
 @declared_option(FitRequest, "mfu", type=FiniteFloat(min=0, max=1, min_open=True))
-@declared_option(FitRequest, "method", type=click.Choice(METHODS))
-@declared_option(FitRequest, "reference", type=click.Choice(REFERENCES))
-@declared_option(FitRequest, "completion_len", type=click.IntRange(min=1), metavar="TOKENS")
-@declared_option(FitRequest, "generations", type=click.IntRange(min=1), metavar="N")
-@declared_option(FitRequest, "beta", type=FiniteFloat(min=0), metavar="KL")
-@declared_option(FitRequest, "generation", type=click.Choice(GENERATIONS))
-@declared_option(FitRequest, "loss", type=click.Choice(LOSSES))
+@method_options
 @click.option(
     "--all",
     "show_all",

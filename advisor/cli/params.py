@@ -23,7 +23,17 @@ from advisor.kb.migrations import STATUSES
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
 from advisor.prediction.question import MAX_NODES, FitRequest
-from advisor.prediction.step import ADAPTERS, ATTENTIONS, DTYPES, OFFLOADS, SHARDINGS
+from advisor.prediction.step import (
+    ADAPTERS,
+    ATTENTIONS,
+    DTYPES,
+    GENERATIONS,
+    LOSSES,
+    METHODS,
+    OFFLOADS,
+    REFERENCES,
+    SHARDINGS,
+)
 from advisor.rules import load_rules
 
 if TYPE_CHECKING:
@@ -318,6 +328,20 @@ def menu_options(fn):
         declared_option(FitRequest, "nodes", type=click.IntRange(min=1, max=MAX_NODES)),
         declared_option(FitRequest, "shardings", "--sharding", type=click.Choice(SHARDINGS), multiple=True),
         declared_option(FitRequest, "attention", type=click.Choice(ATTENTIONS)),
+    )(fn)
+
+
+def method_options(fn):
+    """The training step traced (FitRequest's fields): Trainer's or TRL's (--method), DPO's and GRPO's
+    reference, GRPO's generation, Trainer's loss."""
+    return _compose(
+        declared_option(FitRequest, "method", type=click.Choice(METHODS)),
+        declared_option(FitRequest, "reference", type=click.Choice(REFERENCES)),
+        declared_option(FitRequest, "completion_len", type=click.IntRange(min=1), metavar="TOKENS"),
+        declared_option(FitRequest, "generations", type=click.IntRange(min=1), metavar="N"),
+        declared_option(FitRequest, "beta", type=FiniteFloat(min=0), metavar="KL"),
+        declared_option(FitRequest, "generation", type=click.Choice(GENERATIONS)),
+        declared_option(FitRequest, "loss", type=click.Choice(LOSSES)),
     )(fn)
 
 

@@ -142,6 +142,7 @@ class FitAnswer:
                 "reference": q.reference,
                 "sequences_per_sample": q.rows_per_sample,
                 "rollout": asdict(q.rollout) if q.rollout else None,
+                "loss": q.loss,
             },
             "gpus": q.gpus,
             "nodes": q.nodes,
@@ -499,7 +500,8 @@ def validated_on(kbs: list[sqlite3.Connection]) -> list[str]:
     for conn in kbs:
         found += [v for v in fit_validations(conn) if v not in found]
     return [
-        f"Checked on {v['hardware']}: {v['checks']} configurations against torch.cuda.max_memory_allocated, "
+        f"Checked on {v['hardware']}: {v['checks']} configurations of Trainer's step against "
+        "torch.cuda.max_memory_allocated, "
         f"median |error| {v['median']:.1%}, worst {v['worst']:.1%} (bench/fit_accuracy.py)."
         for v in found
     ]

@@ -192,6 +192,7 @@ class Traced:
     device: str  # cuda | cpu: which implementations were traced
     # each trace: its configuration, adapter settings (the cache's key), attention and payload
     traces: list[tuple[Config, dict, str, dict]] = field(default_factory=list)
+    method: str = "trainer"  # the step traced: Trainer's or TRL's SFT (REPORTED)
 
     def options(self) -> dict:
         """The FitRequest the traces answer: the LoRA settings and attention most of them were traced with."""
@@ -205,6 +206,7 @@ class Traced:
             lora_targets=tuple(targets),
             base_bits=bits[0][0] if bits else 4,
             attention=attention,
+            method=self.method,
         )
 
     def payloads(self, q: Question) -> dict[Config, dict]:
@@ -235,17 +237,22 @@ def _without_alpha(adapter: dict) -> str:
     )
 
 
+REPORTED = ("trainer", "sft")  # the steps traced_models keeps
+
+
 def traced_models(conn: sqlite3.Connection) -> list[Traced]:
-    """Every model and shape the KB holds traces of, in the order of their names."""
+    """Every model, shape and step (Trainer's or TRL's SFT: the steps a fine-tuning report shows) the KB holds
+    traces of, in the order of their names."""
     found: dict[tuple, Traced] = {}
     rows = traced_predictions(conn)
     for model, config_hash, seq_len, image_size, device, family, optimizer, strategy, dtype, text in rows:
-        key = (model, config_hash, seq_len, image_size, device)
-        traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device))
         payload = json.loads(text)
         what = payload.get("configuration") or {}
-        if "method" in what:  # TRL's step: the report shows Trainer's
+        method = what.get("method", "trainer")
+        if method not in REPORTED or "loss" in what:  # preference, reward, RL steps; Liger's loss
             continue
+        key = (model, config_hash, seq_len, image_size, device, method)
+        traced = found.setdefault(key, Traced(model, family, seq_len, image_size, device, method=method))
         adapter = what.get("adapter", FULL)
         offload, sharding = what.get("offload", "none"), what.get("sharding", "none")
         config = Config(adapter["adapter"], dtype, optimizer, strategy, offload, sharding)

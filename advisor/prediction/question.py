@@ -129,13 +129,15 @@ class FitRequest:
         "Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else "
         "0.35).",
     )
-    method: str = option(
-        "trainer",
-        "The training step: trainer (Trainer on the model's own loss), sft (TRL's SFTTrainer: its chunked "
-        "log-probabilities, no full logits), dpo (TRL's DPOTrainer: chosen and rejected in one forward, the "
+    method: str | None = option(
+        None,
+        "The training step: sft (TRL's SFTTrainer: its chunked log-probabilities, no full logits), trainer "
+        "(Trainer on the model's own loss), dpo (TRL's DPOTrainer: chosen and rejected in one forward, the "
         "reference's forward without gradients), reward (TRL's RewardTrainer: a one-label classifier on pairs), "
         "grpo (TRL's GRPOTrainer: completions sampled, then the policy's step on them). With dpo and reward, "
-        "--batch-size and --effective-batch count pairs; with grpo, completions (--seq-len: prompt + completion).",
+        "--batch-size and --effective-batch count pairs; with grpo, completions (--seq-len: prompt + completion). "
+        "Default: sft for a causal language model (trainer where trl is not installed, or with --loss fused), "
+        "else trainer.",
     )
     reference: str | None = option(
         None,
@@ -267,6 +269,7 @@ def question(
     """The whole question, every option checked against the model and the accelerator (`accelerator`: one
     already resolved, instead of options.gpu). InputError names the option to fix."""
     options = _normalized(options)
+    options, defaulted = _with_method(options, model)
     acc = accelerator or (accelerators.resolve(options.gpu, rules) if options.gpu else None)
     if acc is None and options.memory is None:
         raise InputError("pass --gpu NAME (e.g. A100-80GB, H100, RTX4090, cpu) or --memory GiB.", "--gpu")
@@ -284,6 +287,7 @@ def question(
     _check_loss(options, model, acc, rules)
     rollout = _rollout(options, seq_len)
     configs, left_out = Menu(options, rules, acc).configs()
+    left_out += defaulted
     return Question(
         model,
         acc,
@@ -372,6 +376,20 @@ def _rollout(options: FitRequest, seq_len: int | None) -> Rollout | None:
         float(beta or 0.0),
         options.generation or GENERATIONS[0],
     )
+
+
+def _with_method(options: FitRequest, model: ResolvedModel) -> tuple[FitRequest, tuple[str, ...]]:
+    """The method asked, else the default: TRL's SFT step for a causal language model (what fine-tuning one
+    mostly runs now), Trainer's with --loss fused (Liger's loss is Trainer's) or where trl is not installed
+    (said, in what the answer left out), Trainer's for any other model."""
+    if options.method is not None:
+        return options, ()
+    if "sft" not in model.family.methods or options.loss == "fused":
+        return replace(options, method="trainer"), ()
+    if find_spec("trl") is None:
+        why = "sft: TRL is not installed (pip install 'advisor[trainer]'), so Trainer's step is predicted"
+        return replace(options, method="trainer"), (why,)
+    return replace(options, method="sft"), ()
 
 
 def _check_method(options: FitRequest, model: ResolvedModel) -> None:

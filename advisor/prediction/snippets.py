@@ -143,9 +143,15 @@ def _trl_code(q: Question, c: Config, adapter: Adapter, rules: Rules, recipe, la
     if q.method == "grpo":
         args = _grpo_arguments(q, args)
     lines = _header(q, recipe, launched) + (QUIET if q.device == "cpu" else []) + ["import torch"]
+    if "parallelism_config" in args:  # HSDP: accelerate's object, from its fields
+        lines.append("from accelerate.parallelism_config import ParallelismConfig")
     lines.append("from datasets import load_dataset")
     if adapter.kind != "full":
         lines.append("from peft import LoraConfig, get_peft_model")
+    if c.strategy == "selective-checkpointing":
+        lines.append(
+            "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts"
+        )
     imports = [auto, "AutoTokenizer"] + (["BitsAndBytesConfig"] if adapter.kind == "qlora" else [])
     lines.append(f"from transformers import {', '.join(sorted(imports))}")
     lines.append(f"from trl import {config}, {trainer}")

@@ -189,6 +189,7 @@ FUSED_LOSS = (
     "Liger's fused linear cross-entropy (use_liger_kernel, its other kernels off): the output layer and the loss "
     "in chunks of about the hidden states' size, the logits never whole, their gradients made in the forward"
 )
+PLAIN_PHASES = {"forward", "backward", "optimizer_step"}  # every step's: named per phase only beside others
 REFERENCE_WORDS = {
     "model": "a frozen copy of the model in memory",
     "adapter": "the base with the adapter off (no weights of its own)",
@@ -211,7 +212,9 @@ def method_line(answer) -> str | None:
         )
     if q.method == "grpo":
         line += _rollout_words(q, pick)
-    if pick and pick.phases_gb:
+    if (
+        pick and set(pick.phases_gb) - PLAIN_PHASES
+    ):  # a reference's or a generation's phases beside the step's
         phases = " · ".join(f"{p.replace('_', ' ')} {gib(v):.1f}" for p, v in pick.phases_gb.items())
         line += f"\nThe pick's tensors per phase, GiB: {phases}"
     if pick and pick.generation_tokens_s:
@@ -403,11 +406,12 @@ def models_view() -> Table:
     table = Table(
         title="Published models (models/index.toml): --model takes any name of a row", show_edge=False
     )
-    table.add_column("--model", no_wrap=True)
+    models = shipped_models()
+    table.add_column("--model", no_wrap=True, min_width=max(map(len, models)))  # what is typed: whole
     table.add_column("type", no_wrap=True)
-    table.add_column("Hugging Face id", no_wrap=True)
+    table.add_column("Hugging Face id", overflow="fold")
     table.add_column("also (aliases; variants with their own Hub id)", overflow="fold")
-    for name, entry in shipped_models().items():
+    for name, entry in models.items():
         config = shipped_model(name)[1]
         model_type = json.loads(config.read_text()).get("model_type", "")
         also = [*entry.get("aliases", ()), *entry.get("variants", {})]

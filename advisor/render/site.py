@@ -373,6 +373,10 @@ def fit_section(traced: Traced, answers: list) -> dict:
         if traced.image_size
         else ""
     )
+    if traced.method != "trainer":  # TRL's SFT step beside Trainer's
+        shape = (
+            f"{shape}, TRL's {traced.method.upper()} step" if shape else f"TRL's {traced.method.upper()} step"
+        )
     return dict(
         model=shown_path(traced.name),
         params=f"{first.n_params / 1e9:.3g} B parameters" if first else None,

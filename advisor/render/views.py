@@ -277,10 +277,11 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
     if m:
         where = m["accelerator"] or f"a {gib(m['memory_gb']):.4g} GiB budget"
         tokens = f" × {m['seq_len']} tokens" if m["seq_len"] else ""
+        step = f", TRL's {m['method'].upper()} step" if m.get("method", "trainer") != "trainer" else ""
         body.append(
             f"\nYour model: {m['name']}, {m['parameters'] / 1e9:.3g} B parameters, on {where} "
-            f"({m['dtype']}, micro-batch {m['batch_size']}{tokens}): configurations predicted not to fit "
-            "are excluded",
+            f"({m['dtype']}, micro-batch {m['batch_size']}{tokens}{step}): configurations predicted not to "
+            "fit are excluded",
             style="cyan",
         )
     menu = answer.menu

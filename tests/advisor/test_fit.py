@@ -485,7 +485,10 @@ def test_configs_that_are_not_models_are_refused(invoke, tmp_path, content, need
 
 
 def test_recommend_excludes_what_does_not_fit_and_ranks_memory_by_prediction(invoke):
-    result = invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "time", "--json")
+    """Trainer's step (the model's own loss, its logits whole), as the evidence was measured with."""
+    result = invoke(
+        "recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "time", "--method", "trainer", "--json"
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["model"]["parameters"] == 494_032_768 and out["model"]["accelerator"] == "NVIDIA T4"
@@ -512,6 +515,27 @@ def test_recommend_excludes_what_does_not_fit_and_ranks_memory_by_prediction(inv
     assert time["recommendation"]["measured"]["unit"] == "s/epoch" and not time["disagreements"]
     assert any("Ranked by advisor fit's prediction" in c for c in time["caveats"])
     assert not any("host (CPU) RAM" in c for c in memory["caveats"])
+
+
+def test_recommend_predicts_the_method_asked_and_says_so(invoke):
+    """`recommend --model --method dpo`: the measured configurations are predicted as DPO steps (a pair's two
+    sequences and the reference's copy held), so more of them are excluded than for Trainer's step; the
+    answer names the step (TRL's SFT by default for a causal LM), and a bad method option is refused as fit
+    refuses it."""
+    args = ("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "memory", "--json")
+    assert json.loads(invoke(*args).output)["model"]["method"] == "sft"
+    plain = json.loads(invoke(*args, "--method", "trainer").output)
+    dpo = json.loads(invoke(*args, "--method", "dpo").output)
+    assert plain["model"]["method"] == "trainer" and dpo["model"]["method"] == "dpo"
+
+    def excluded(out):
+        return sum((e["reason"] or "").startswith("predicted") for e in out["excluded"])
+
+    assert excluded(dpo) > excluded(plain)
+    text = invoke(*args[:-1], "--method", "dpo").output
+    assert "TRL's DPO step" in " ".join(text.translate(str.maketrans("│╭╮╰╯", "     ")).split())
+    bad = invoke("recommend", "--model", QWEN, "--gpu", "T4", "--optimize", "memory", "--beta", "0.1")
+    assert bad.exit_code == 2 and "add --method grpo" in bad.output
 
 
 def test_recommend_warns_when_the_evidence_model_is_ten_times_off(invoke, tmp_path):
@@ -561,7 +585,7 @@ def test_fit_names_how_its_predictions_were_checked_on_gpus(invoke, tmp_path, mo
     conn.close()
     out = fit_json(invoke, "--model", QWEN, "--gpu", "H200", *QUICK, "--db", db)
     assert any(
-        "Checked on NVIDIA H200: 3 configurations" in a and "median |error| 1.0%" in a
+        "Checked on NVIDIA H200: 3 configurations of Trainer's step" in a and "median |error| 1.0%" in a
         for a in out["assumptions"]
     )
 
@@ -578,12 +602,14 @@ def test_list_gpus_names_every_accelerator_with_its_memory_and_link(invoke):
 
 
 def test_when_nothing_fits_the_levers_say_what_would_and_the_code_is_a_levers_said_so(invoke):
-    """Qwen2.5-7B-Instruct's LoRA on an L4 at 4,096 tokens: none of the asked configurations fits. The answer
+    """Qwen2.5-7B-Instruct's LoRA on an L4 at 4,096 tokens with Trainer's step (its logits whole; TRL's SFT
+    step, the default, fits as asked): none of the asked configurations fits. The answer
     asks each lever (Liger's fused loss, attention-only LoRA, QLoRA, shorter sequences, a second GPU), each
     with its figure; the pick is the first that fits on the one GPU (the fused loss: the same training, its
     152k-vocabulary logits never whole), said as a lever, and its code loads the Instruct model it was asked
     about, cut to the length it was priced at, with Liger's fused loss alone."""
     args = ("--model", "qwen2.5-7b-instruct", "--gpu", "L4", "--adapter", "lora", "--seq-len", "4096")
+    args += ("--method", "trainer")
     out = fit_json(invoke, *args, "--optimizer", "adamw")
     assert not any(c["fits"] for c in out["configurations"])
     levers = {x["lever"]: x for x in out["levers"]}
@@ -638,7 +664,13 @@ def test_dpo_answers_the_trade_of_a_reference_copy_against_the_disabled_adapter(
     assert shown.exit_code == 0, shown.output
     assert "TRL's DPOTrainer" in shown.output and "per phase" in shown.output
     data = json.loads(invoke("fit", *args, "--json", "--all").output)
-    assert data["method"] == {"name": "dpo", "reference": None, "sequences_per_sample": 2, "rollout": None}
+    assert data["method"] == {
+        "name": "dpo",
+        "reference": None,
+        "sequences_per_sample": 2,
+        "rollout": None,
+        "loss": "logits",
+    }
     rows = data["configurations"]
     full = [r for r in rows if r["adapter"] == "full"]
     lora = [r for r in rows if r["adapter"] == "lora"]

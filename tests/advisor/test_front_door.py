@@ -83,10 +83,10 @@ def test_the_first_answer_is_short_and_the_rest_is_a_flag_away(invoke):
     args = ("fit", "--model", "qwen2.5-0.5b", "--gpu", "L4", *QUICK)
     short, whole = invoke(*args).output, invoke(*args, "--verbose").output
     assert len(short.splitlines()) <= 20 and "The pick" in short and "--verbose" in short
-    assert "Where the memory goes" in whole and "Assumptions" in whole and "TrainingArguments(" in whole
+    assert "Where the memory goes" in whole and "Assumptions" in whole and "SFTConfig(" in whole  # TRL's SFT
     code = invoke(*args, "--code").output
     ast.parse(code)  # the pick's code alone: it parses as Python, nothing else printed
-    assert "TrainingArguments(" in code and "advisor fit" not in code
+    assert "SFTConfig(" in code and "SFTTrainer(" in code and "advisor fit" not in code
     answer = invoke("recommend", "--arch", "encoder", "--optimize", "memory", "--max-memory", "24").output
     assert len(answer.splitlines()) <= 20 and "not applied" in answer and "--verbose" in answer
 

@@ -190,7 +190,7 @@ def test_the_readmes_first_answer_accumulates_what_its_header_says(invoke):
     assert code.startswith(
         "# train.py: Llama-3.1-8B, 16 samples of 2,048 tokens per optimizer step (micro-batch"
     )
-    assert "MAX_LENGTH = 2048  # tokens a sample, as priced" in code  # the length holds
+    assert "MAX_LENGTH = 2048  # tokens a sequence, as priced" in code  # the length holds
     assert "warmup_steps=0.03," in code and "lr_scheduler_type='constant_with_warmup'," in code
 
 

@@ -143,7 +143,8 @@ def test_the_fit_section_is_advisor_fits_answer_per_accelerator(sent):
         assert pick == asked["pick"]
         chosen = next(c for c in asked["configurations"] if c["fits"])
         assert int(batch) == chosen["max_batch_size"] > 1
-    assert "backward0" not in page and "optimizer_step" not in page and "<td>backward</td>" in section
+    assert "backward0" not in page and "optimizer_step" not in page
+    assert re.search(r"<td>(forward|backward|optimizer step)</td>", section)  # where the peak is, in words
     assert section.count("<pre><code>") == len(FIT_GPUS)  # the pick's code, under each row
 
 

@@ -85,7 +85,21 @@ def tiny_model(tmp_path_factory):
 
 
 def codes(invoke, model, gpu: str, wanted: list[tuple], db) -> dict[str, str]:
-    result = invoke("fit", "--model", model, "--gpu", gpu, "--seq-len", "16", "--json", "--all", "--db", db)
+    result = invoke(
+        "fit",
+        "--model",
+        model,
+        "--gpu",
+        gpu,
+        "--seq-len",
+        "16",
+        "--method",
+        "trainer",
+        "--json",
+        "--all",
+        "--db",
+        db,
+    )  # Trainer's scripts (TRL's: test_the_printed_trl_scripts_...)
     assert result.exit_code == 0, result.output
     out = {}
     for c in json.loads(result.output)["configurations"]:
@@ -232,7 +246,7 @@ def test_every_configurations_training_arguments_build_as_printed_with_warnings_
     model = resolve_model(str(QWEN), rules)
     blocks: dict[str, tuple] = {}
     for menu in MENUS:
-        q = question(model, FitRequest(seq_len=256, **menu), rules)
+        q = question(model, FitRequest(seq_len=256, method="trainer", **menu), rules)  # Trainer's arguments
         for c in q.configs:
             args, code = training_code(q, c, q.adapter_of(c.adapter), rules, recipe(q, c, rules))
             block = arguments_block(code)
@@ -264,7 +278,9 @@ def test_the_picks_training_arguments_make_trainers_arguments_without_a_warning(
     import torch
     from transformers import TrainingArguments
 
-    narrowed = dict(adapters=("full",), optimizers=("adamw",), strategies=("standard", "checkpointing"))
+    narrowed = dict(
+        adapters=("full",), optimizers=("adamw",), strategies=("standard", "checkpointing"), method="trainer"
+    )
     pick = advisor.fit(str(LLAMA_8B), gpu="H100", **narrowed).pick
     assert (
         pick.label == "full · bf16 · adamw · standard"
@@ -337,6 +353,7 @@ def test_the_printed_trl_scripts_train_a_tiny_model_on_their_columns(invoke, tin
     asked = [
         ("sft", "full", None, "checkpointing"),
         ("sft", "lora", None, "accumulation"),
+        ("sft", "full", None, "selective-checkpointing"),
         ("dpo", "full", None, "standard"),
         ("dpo", "lora", None, "checkpointing"),
         ("dpo", "full", "precomputed", "standard"),

@@ -72,6 +72,11 @@ PUBLISHED = {
     "Qwen3-235B-A22B": 235e9,
     "Phi-3-mini-4k-instruct": 3.82e9,
     "Phi-3-medium-4k-instruct": 14.0e9,
+    "phi-4": 14.7e9,
+    "SmolLM3-3B": 3.08e9,
+    "Mistral-Small-24B-Base-2501": 23.6e9,
+    "gpt-oss-20b": 20.9e9,  # 21B on the card; 3.6B active
+    "gpt-oss-120b": 116.8e9,  # 117B on the card; 5.1B active
 }
 MODELS = Path(__file__).parent.parent.parent / "models"
 

@@ -35,6 +35,7 @@ def predicted(folder, world: int, sharding: str, adapter: str, micro: int = 1) -
         offload=("none",),
         batch_size=BATCH,
         seq_len=SEQ,
+        method="trainer",  # the real run's step: the model's own loss
         **({"accumulation_steps": micro} if micro > 1 else {}),
     )
     (row,) = answer.rows

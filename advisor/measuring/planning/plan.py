@@ -504,6 +504,7 @@ def _fit_question(cell: GridCell, pairs: set[tuple[str, str]], rules: Rules):
             rules.as_fit(cfg.strategy)[0],
         ),  # what advisor measure trains: full, or the shape's adapter
         offload=("none",),
+        method="trainer",  # advisor measure trains with Trainer
     )
     return model, options
 
