@@ -318,7 +318,8 @@ def _row(
     volume = communication(c, traced, q)
     with_host_gb = gb["total"] + rank_host / 1e9
     step_s = _step_seconds(q, c, traced, payload, (b, k), flops, with_host_gb, volume, use, rules)
-    generation_s = _generation_seconds(q, c, rank, b * k if accumulates(c.strategy) else b, use, rules)
+    generated = b * k if accumulates(c.strategy) else b  # GRPO's completions per generation on a rank
+    generation_s = _generation_seconds(q, c, rank, generated, use, rules)
     if step_s is not None and generation_s is not None:
         step_s += generation_s  # GRPO's optimizer step waits for its completions
     samples = q.world * b * k / step_s if step_s else None  # the job's: every rank a micro-batch
@@ -359,7 +360,7 @@ def _row(
         rate,
         lambda micro, window: _row(q, c, traced, rules, use, trades, tuned, (micro, window)),
         {p: v / 1e9 for p, v in phase_peaks(payload, b).items()},
-        generation_s and q.rollout.completion * (b * k if accumulates(c.strategy) else b) / generation_s,
+        generation_s and q.rollout.completion * generated / generation_s,
     )
 
 

@@ -345,9 +345,6 @@ def _rollout(options: FitRequest, seq_len: int | None) -> Rollout | None:
         if flag:
             raise InputError(f"{flag} is GRPO's: add --method grpo, or drop {flag}.", flag)
         return None
-    for flag, value in (("--completion-len", options.completion_len), ("--generations", options.generations)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"{flag} must be a whole number, 1 or more (got {value!r}).", flag)
     beta = options.beta
     if beta is not None and (
         isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta < 0
@@ -693,6 +690,8 @@ def _check_numbers(options: FitRequest) -> None:
         ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
         ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
         ("--effective-batch", options.effective_batch, 1, "a whole number of samples per step, 1 or more"),
+        ("--completion-len", options.completion_len, 1, "a whole number of tokens, 1 or more"),
+        ("--generations", options.generations, 1, "a whole number of completions per prompt, 1 or more"),
     ):
         if value is not None:
             checks.append((flag, value, least, what))
