@@ -139,6 +139,33 @@ class Accelerator:
     link_gbs: float | None = None  # its bandwidth per direction, GB/s
     link_source: str | None = None
     generation: str | None = None  # ampere, hopper, ...: rules/fit.toml [speed.generations]
+    network: str | None = None  # the [links] entry between nodes by default (rules/hardware.toml)
+
+    @property
+    def node_link(self) -> Link | None:
+        """Its own link within a node, as a [links] entry would state it."""
+        if not self.link_gbs:
+            return None
+        return Link(
+            f"{self.key}-link", self.link or "its link", "node", self.link_gbs, self.link_source or ""
+        )
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link collectives go through (rules/hardware.toml [links]): within a node or between nodes, its
+    bandwidth per direction, per GPU or shared by a node's GPUs."""
+
+    key: str
+    name: str
+    scope: str  # "node" | "network"
+    gbs: float
+    source: str
+    per: str = "gpu"  # "gpu" | "node"
+
+    def node_gbs(self, gpus: int) -> float:
+        """Bandwidth a node of `gpus` GPUs has over it, its ports together."""
+        return self.gbs * gpus if self.per == "gpu" else self.gbs
 
 
 @dataclass(frozen=True)
@@ -155,6 +182,7 @@ class Rules:
     adapters: dict[str, str]  # an adapter strategy -> the strategy of its step (families.toml `adapters`)
     presets: tuple[str, ...]
     accelerators: dict[str, Accelerator]
+    links: dict[str, Link]
     fit: dict  # rules/fit.toml: headroom, overheads, default utilization, each with its source
     architectures: dict[str, str]  # class-name suffix -> family whose inputs and loss fit uses
     protocol: dict = field(default_factory=dict)  # rules/protocol.toml: the fair protocol's targets and grids
@@ -246,6 +274,7 @@ def _load_rules(directory: str, extra: str | None) -> Rules:
         adapters=_adapters(raw["families"], files),
         presets=tuple(raw["families"]["presets"]),
         accelerators=_accelerators(raw["hardware"], files),
+        links={k: Link(key=k, **v) for k, v in raw["hardware"].get("links", {}).items()},
         fit=raw["fit"],
         architectures=dict(raw["families"].get("architectures", {})),
         protocol=raw["protocol"],
@@ -471,7 +500,15 @@ def _accelerators(raw: dict, files: _Files) -> dict[str, Accelerator]:
             link_gbs=a.get("link_gbs"),
             link_source=a.get("link_source"),
             generation=a.get("generation"),
+            network=a.get("network"),
         )
+        network = raw.get("links", {}).get(out[key].network or "", {"scope": "network"})
+        if out[key].network is not None and (
+            out[key].network not in raw["links"] or network["scope"] != "network"
+        ):
+            files.fail(
+                "hardware", ("accelerators", key, "network"), "names no [links] entry of scope network."
+            )
     return out
 
 

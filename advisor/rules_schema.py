@@ -318,9 +318,21 @@ HARDWARE_TOML = table(
                         "link_gbs": number(above=0, high=1_000_000, eg=450),
                         "link_source": text(),
                         "generation": text(),
+                        "network": text(),
                     }
                 ),
                 at_least=1,
+            )
+        ),
+        "links": table(
+            entries=table(
+                {
+                    "name": req(text()),
+                    "scope": text(choices=("node", "network"), required=True),
+                    "gbs": req(number(above=0, high=1_000_000, eg=50)),
+                    "per": text(choices=("gpu", "node")),
+                    "source": req(text()),
+                }
             )
         ),
     }
@@ -378,7 +390,17 @@ FIT_TOML = table(
                     "generations": table(entries=number(above=0, high=1, eg=0.5)),
                     "micro_batch_overhead_s": req(number(low=0, high=10, eg=0.09)),
                     "dequant_efficiency": req(number(above=0, high=1, eg=0.2)),
-                    "held_out": table(entries=number(above=0, high=10, eg=0.06)),
+                    "recompute_cost": req(number(low=0, high=1, eg=0.8)),
+                    "held_out": table(
+                        entries=table(
+                            {
+                                "rows": req(whole(low=1, high=100_000, eg=8)),
+                                "low": req(number(above=0, high=10, eg=0.9)),
+                                "high": req(number(above=0, high=10, eg=1.1)),
+                                "median": req(number(low=0, high=10, eg=0.06)),
+                            }
+                        )
+                    ),
                     **_texts(
                         "bandwidth_source",
                         "mfu_source",
@@ -386,6 +408,7 @@ FIT_TOML = table(
                         "overhead_source",
                         "dequant_source",
                         "held_out_source",
+                        "recompute_source",
                     ),
                 }
             )
@@ -476,7 +499,16 @@ FIT_TOML = table(
         "distributed": req(
             table(
                 {
-                    "internode_gbs": req(number(above=0, high=1_000_000, eg=50.0)),
+                    "network": req(text()),
+                    "hidden": req(
+                        table(
+                            {
+                                "ddp": req(number(low=0, high=1, eg=0.8)),
+                                "fsdp": req(number(low=0, high=1, eg=0.8)),
+                                "zero3": req(number(low=0, high=1, eg=0.5)),
+                            }
+                        )
+                    ),
                     "collective_efficiency": req(number(above=0, high=1, eg=0.8)),
                     **_texts(
                         "fsdp",
@@ -485,7 +517,7 @@ FIT_TOML = table(
                         "zero",
                         "zero_buffers",
                         "zero_offload",
-                        "internode_source",
+                        "network_source",
                         "collective_source",
                         "overlap",
                         "offload_time",

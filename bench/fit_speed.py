@@ -11,14 +11,20 @@ split = "excluded" (their `excluded` says why) are printed and left out of both.
 chip's dense peak the published figure implies for the executed FLOPs alone: above 100 %, the stated settings
 cannot be what was measured.
 
---fit also searches rules/fit.toml [speed]'s constants (each generation's efficiency,
-micro_batch_overhead_s, dequant_efficiency) that minimise the squared log ratios of the `fit` rows, from each row's parts (its FLOPs
-at the peak, its dequantization at the bandwidth, the rest as predicted), and prints the held-out error they
-would give; copy them into rules/fit.toml and run again to get the table `advisor fit` itself gives.
+Each generation's held-out rows also give the 10th and 90th percentiles of the ratio and the share of them
+inside (rules/fit.toml [speed.held_out]: the interval `advisor fit` prints around its tokens/s, where a
+generation has at least five held-out rows).
+
+--fit also searches the constants (each generation's efficiency, [speed] micro_batch_overhead_s,
+dequant_efficiency and recompute_cost, [distributed.hidden] fsdp and zero3) that minimise the squared log
+ratios of the `fit` rows, from each row's parts (its FLOPs at the peak, the recomputed share of them, its
+dequantization at the bandwidth, its collectives' seconds, the rest as predicted), and prints the held-out
+error they would give; copy them into rules/fit.toml and run again to get the table `advisor fit` itself gives.
+A row's `interconnect` is passed as --interconnect; `power_w` (a power cap below the datasheet's) is the
+source's, kept for the record: the model has no power term.
 """
 
 import argparse
-import itertools
 import json
 import math
 import statistics
@@ -65,6 +71,7 @@ def predict(row: dict, anchors: dict, folder: Path, db: Path):
         batch_size=row["batch"],
         accumulation_steps=row.get("accumulation"),
         seq_len=row["seq_len"],
+        interconnect=row.get("interconnect"),
         **{
             k: (tuple(v) if isinstance(v, list) else v)
             for k, v in row.items()
@@ -82,8 +89,9 @@ def published(row: dict) -> float:
 
 
 def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
-    """The row's step at unit efficiencies: FLOPs at the peak, dequantization at the bandwidth, and the
-    rest (optimizer, communication) as predicted; what --fit rescales."""
+    """The row's step at unit efficiencies: FLOPs at the peak (and the share of them that recomputes the
+    forward), dequantization at the bandwidth, its collectives' seconds, and the rest (the optimizer's
+    traffic) as predicted; what --fit rescales."""
     acc = answer.question.accelerator
     k = row.get("accumulation", 1)
     compute = r.step_flops / (accelerators.peak_tflops(acc, row["dtype"]) * 1e12)
@@ -95,14 +103,28 @@ def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
         at_model = speed.dequant_seconds(quantized, 4, passes, k, acc.bandwidth_gbs * 1e9, rules)
         dequant = at_model * now["dequant_efficiency"]
     e0 = speed.generation_efficiency(acc, rules).value
-    modelled = compute / e0 + k * now["micro_batch_overhead_s"] + dequant / now["dequant_efficiency"]
+    recomputed = speed.recomputed_share(row["strategy"], row["adapter"] == "full")
+    talk, exposed = r.collectives_s or (0.0, 0.0)
+    modelled = (
+        compute * (1 - recomputed * (1 - now["recompute_cost"])) / e0
+        + k * now["micro_batch_overhead_s"]
+        + dequant / now["dequant_efficiency"]
+    )
     return {
         "compute": compute,
+        "recomputed": recomputed,
         "dequant": dequant,
         "micro_batches": k,
-        "rest": r.predicted_step_s - modelled,
+        "talk": talk,
+        "hidden": _hidden_key(row["sharding"]),
+        "rest": r.predicted_step_s - exposed - modelled,
         "generation": acc.generation,
     }
+
+
+def _hidden_key(sharding: str) -> str:
+    """The [distributed.hidden] share a sharding's collectives take."""
+    return "zero3" if sharding == "zero3" else "fsdp" if sharding in ("fsdp", "hsdp") else "ddp"
 
 
 def _embeddings(cfg: dict) -> int:
@@ -111,39 +133,62 @@ def _embeddings(cfg: dict) -> int:
     return cfg["vocab_size"] * cfg["hidden_size"] * (1 if tied else 2) + cfg["hidden_size"]
 
 
-def step(p: dict, e: float, overhead: float, ed: float, per_step_tokens: float) -> float:
-    """Tokens/s per GPU at these constants, from the row's parts."""
-    seconds = p["compute"] / e + p["micro_batches"] * overhead + p["dequant"] / ed + p["rest"]
-    return per_step_tokens / seconds
+FITTED = ("micro_batch_overhead_s", "dequant_efficiency", "recompute_cost", "hidden_fsdp", "hidden_zero3")
+GRIDS = {
+    "micro_batch_overhead_s": [x / 100 for x in range(0, 21)],
+    "dequant_efficiency": [x / 100 for x in range(3, 61)],
+    "recompute_cost": [x / 20 for x in range(10, 21)],
+    "hidden_fsdp": [x / 20 for x in range(0, 21)],
+    "hidden_zero3": [x / 20 for x in range(0, 21)],
+}
+EFFICIENCIES = [x / 100 for x in range(20, 91)]
 
 
-def fit(rows: list[dict], found: dict) -> dict:
-    """The constants that minimise the fit rows' squared log ratios (a grid: a few thousand evaluations)."""
-    gens = sorted({found[r["id"]]["parts"]["generation"] for r in rows if r["split"] == "fit"})
-    best = None
-    grid_e = [x / 100 for x in range(20, 91)]
-    overheads = [x / 100 for x in range(0, 21)]
-    for overhead, ed in itertools.product(overheads, [x / 100 for x in range(3, 61)]):
-        constants, loss = {"micro_batch_overhead_s": overhead, "dequant_efficiency": ed}, 0.0
-        for g in gens:  # each generation's efficiency on its own rows, given the others
-            mine = [r for r in rows if r["split"] == "fit" and found[r["id"]]["parts"]["generation"] == g]
-            errs = {
-                e: sum(math.log(_ratio(found[r["id"]], e, overhead, ed)) ** 2 for r in mine) for e in grid_e
-            }
-            e = min(errs, key=errs.get)
-            constants[g], loss = e, loss + errs[e]
-        if best is None or loss < best[1]:
-            best = (constants, loss)
-    return best[0]
+def step(p: dict, e: float, k: dict) -> float:
+    """Seconds of the row's step at these constants (`k`: FITTED's, `e`: its generation's efficiency), from
+    its parts: compute, fixed cost, dequantization and the rest, with the collectives' unhidden share on top."""
+    compute = (
+        p["compute"] * (1 - p["recomputed"] * (1 - k["recompute_cost"])) / e
+        + p["micro_batches"] * k["micro_batch_overhead_s"]
+        + p["dequant"] / k["dequant_efficiency"]
+        + p["rest"]
+    )
+    share = k.get(f"hidden_{p['hidden']}", 0.8)
+    return compute + p["talk"] - min(share * p["talk"], compute)
 
 
-def _ratio(f: dict, e: float, overhead: float, ed: float) -> float:
-    return step(f["parts"], e, overhead, ed, f["tokens_per_step"]) / f["published"]
+def _ratio(f: dict, e: float, k: dict) -> float:
+    return f["tokens_per_step"] / step(f["parts"], e, k) / f["published"]
+
+
+def fit(rows: list[dict], found: dict, start: dict) -> dict:
+    """The constants that minimise the fit rows' squared log ratios: each generation's efficiency on its own
+    rows given the rest, then each shared constant in turn over its grid (coordinate descent, a few rounds:
+    the grid of every combination would take hours)."""
+    fitting = [r for r in rows if r["split"] == "fit"]
+    gens = sorted({found[r["id"]]["parts"]["generation"] for r in fitting})
+    k = {name: start[name] for name in FITTED}
+
+    def efficiencies(k: dict) -> tuple[dict, float]:
+        out, loss = {}, 0.0
+        for g in gens:
+            mine = [found[r["id"]] for r in fitting if found[r["id"]]["parts"]["generation"] == g]
+            errs = {e: sum(math.log(_ratio(f, e, k)) ** 2 for f in mine) for e in EFFICIENCIES}
+            out[g] = min(errs, key=errs.get)
+            loss += errs[out[g]]
+        return out, loss
+
+    for _ in range(4):
+        for name in FITTED:
+            losses = {v: efficiencies({**k, name: v})[1] for v in GRIDS[name]}
+            k[name] = min(losses, key=losses.get)
+    return {**efficiencies(k)[0], **k}
 
 
 def summary(rows: list[dict], ratios: dict, found: dict) -> dict:
-    """Median and worst |ratio - 1| of the fit and held-out rows, and of each generation's held-out rows
-    (what rules/fit.toml [speed.held_out] quotes as that generation's band)."""
+    """Median and worst |ratio - 1| of the fit and held-out rows, and for each generation's held-out rows also
+    the 10th and 90th percentiles of the ratio and the share of them inside that band (what rules/fit.toml
+    [speed.held_out] states, and `advisor fit` prints as the interval around its tokens/s)."""
     out = {}
     for split in ("fit", "held-out"):
         errs = [abs(ratios[r["id"]] - 1) for r in rows if r["split"] == split]
@@ -151,10 +196,19 @@ def summary(rows: list[dict], ratios: dict, found: dict) -> dict:
             out[split] = _errors(errs)
     held = [r for r in rows if r["split"] == "held-out"]
     for g in sorted({found[r["id"]]["parts"]["generation"] for r in held}):
-        out[f"held-out {g}"] = _errors(
-            [abs(ratios[r["id"]] - 1) for r in held if found[r["id"]]["parts"]["generation"] == g]
-        )
+        mine = sorted(ratios[r["id"]] for r in held if found[r["id"]]["parts"]["generation"] == g)
+        out[f"held-out {g}"] = _errors([abs(x - 1) for x in mine]) | _band(mine)
     return out
+
+
+def _band(ratios: list[float]) -> dict:
+    """The 10th and 90th percentiles of the ratios (statistics' exclusive method) and how many fall within."""
+    if len(ratios) < 2:
+        return {}
+    deciles = statistics.quantiles(ratios, n=10)
+    low, high = deciles[0], deciles[-1]
+    inside = sum(low <= x <= high for x in ratios)
+    return {"p10": low, "p90": high, "inside": inside, "covered": inside / len(ratios)}
 
 
 def _errors(errs: list[float]) -> dict:
@@ -201,17 +255,14 @@ def main() -> None:
     }
     print(json.dumps(out["summary"], indent=2))
     if args.fit:
-        constants = fit(rows, found)
-        gens = {
-            k: v for k, v in constants.items() if k not in ("micro_batch_overhead_s", "dequant_efficiency")
+        now = {
+            **rules.fit["speed"],
+            **{f"hidden_{k}": v for k, v in rules.fit["distributed"]["hidden"].items()},
         }
+        constants = fit(rows, found, now)
+        gens = {k: v for k, v in constants.items() if k not in FITTED}
         ratios = {
-            r["id"]: _ratio(
-                found[r["id"]],
-                gens.get(found[r["id"]]["parts"]["generation"], 0.35),
-                constants["micro_batch_overhead_s"],
-                constants["dequant_efficiency"],
-            )
+            r["id"]: _ratio(found[r["id"]], gens.get(found[r["id"]]["parts"]["generation"], 0.35), constants)
             for r in rows
         }
         out["fitted"] = {"constants": constants, "ratios": ratios, "summary": summary(rows, ratios, found)}

@@ -327,6 +327,7 @@ def menu_options(fn):
         declared_option(FitRequest, "gpus", type=click.IntRange(min=1)),
         declared_option(FitRequest, "nodes", type=click.IntRange(min=1, max=MAX_NODES)),
         declared_option(FitRequest, "shardings", "--sharding", type=click.Choice(SHARDINGS), multiple=True),
+        declared_option(FitRequest, "interconnect", metavar="LINKS"),
         declared_option(FitRequest, "attention", type=click.Choice(ATTENTIONS)),
     )(fn)
 

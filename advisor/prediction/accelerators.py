@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from advisor.errors import InputError
-from advisor.rules import GB_PER_GIB, Accelerator, Rules, gib  # noqa: F401 (the units, where accelerators are)
+from advisor.rules import GB_PER_GIB, Accelerator, Link, Rules, gib  # noqa: F401 (the units, where accelerators are)
 
 PRECISION = {"fp32": "fp32", "bf16-mixed": "bf16", "bf16": "bf16", "fp16-mixed": "fp16"}  # dtype -> peak used
 
@@ -71,3 +72,52 @@ def memory_gb(acc: Accelerator) -> float:
 def peak_tflops(acc: Accelerator, dtype: str) -> float | None:
     """Dense peak TFLOP/s at the precision a dtype computes in, or None where the chip lacks it."""
     return acc.tflops.get(PRECISION[dtype])
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links a job's collectives go through: within a node and between nodes (None: unknown), and the
+    scopes `--interconnect` named rather than the accelerator's defaults."""
+
+    node: Link | None
+    network: Link | None
+    given: tuple[str, ...] = ()
+
+
+def links(acc: Accelerator | None, interconnect: str | None, rules: Rules) -> Links:
+    """The accelerator's own link and its usual network (rules/hardware.toml), each replaced by the
+    --interconnect entry of its scope ('pcie4,eth-100'); InputError for an unknown name or two of a scope."""
+    default = rules.links.get(rules.fit["distributed"]["network"])
+    found = {
+        "node": acc.node_link if acc else None,
+        "network": rules.links.get(acc.network) if acc and acc.network else default,
+    }
+    given: list[str] = []
+    for name in (interconnect or "").split(","):
+        key = name.strip().lower()
+        if not key and interconnect is not None:
+            raise InputError(
+                "--interconnect needs link names, e.g. nvlink4,ib-ndr (rules/hardware.toml [links]).",
+                "--interconnect",
+            )
+        if not key:
+            continue
+        link = rules.links.get(key)
+        if link is None:
+            import difflib  # the error path only
+
+            close = difflib.get_close_matches(key, list(rules.links), n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise InputError(
+                f"unknown link {name.strip()!r}.{hint} Links: {', '.join(rules.links)}.",
+                "--interconnect",
+            )
+        if link.scope in given:
+            raise InputError(
+                f"two links {'within a node' if link.scope == 'node' else 'between nodes'}: "
+                "give one of each scope at most (e.g. pcie4,eth-100).",
+                "--interconnect",
+            )
+        given.append(link.scope)
+        found[link.scope] = link
+    return Links(found["node"], found["network"], tuple(given))

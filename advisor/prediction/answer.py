@@ -31,7 +31,9 @@ from advisor.prediction.sharding import (
     communication,
     communication_seconds,
     fp32_factor,
+    hidden_share,
     host_per_node,
+    overlapped,
     per_rank,
     shard_size,
     sharded_offload_seconds,
@@ -73,7 +75,8 @@ class FitAnswer:
     computed: int  # predictions traced now (0: every one came from the cache)
     ladder: list[ranking.Rung] = field(default_factory=list)  # when nothing as asked fits: what would
     mfu_modelled: bool = True  # the generation's efficiency with the speed model's parts (speed.py)
-    speed_band: float | None = None  # the speed model's held-out error here (None: not measured)
+    speed_band: speed.Band | None = None  # the speed model's interval on held-out runs (None: not tested)
+    band_note: str | None = None  # why a modelled step time has no band
     levers: list[Lever] = field(default_factory=list)  # when no AdamW-class one fits: what would
 
     @property
@@ -113,7 +116,8 @@ class FitAnswer:
     def time_ties(self, rows: list[Row]) -> list[bool]:
         """For ranked `rows`, whether each is placed below the one above by a tokens/s difference within the
         speed model's error band: the order between the two is undecided by time."""
-        return ranking.time_ties(rows, self.speed_band, self.question.effective_batch)
+        band = self.speed_band.median if self.speed_band else None
+        return ranking.time_ties(rows, band, self.question.effective_batch)
 
     def as_dict(self) -> dict:
         q = self.question
@@ -163,7 +167,8 @@ class FitAnswer:
                 "value": self.mfu,
                 "source": self.mfu_source,
                 "modelled": self.mfu_modelled,
-                "band": self.speed_band,
+                "band": self.speed_band.as_dict() if self.speed_band else None,
+                "band_note": self.band_note,
             },
             "assumptions": self.assumptions,
             "cached": self.computed == 0,
@@ -200,19 +205,34 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         steps[-1] = ranking.Rung(
             "several GPUs", several_gpus(q, rows, found, soft, rules, use, trades, tuned)
         )
+    talking = next((r for r in rows if r.fits and r.collectives_s), None)
     return FitAnswer(
         q,
         n_params(first),
         first["attention"],
         rows,
-        assumptions(q, rules, experts=bool(first.get("experts"))) + validated_on(kbs),
+        assumptions(q, rules, experts=bool(first.get("experts")))
+        + communication_share(talking)
+        + validated_on(kbs),
         use.value,
         use.source,
         len(missing),
         steps,
         use.modelled,
         speed.band(q.accelerator, use, rules),
+        speed.unbanded(q.accelerator, use, rules),
     )
+
+
+def communication_share(row: Row | None) -> list[str]:
+    """How much of the first fitting sharded row's step its collectives take, and how much of them hides."""
+    if row is None or not row.collectives_s or not row.predicted_step_s:
+        return []
+    talk, exposed = row.collectives_s
+    return [
+        f"Communication of {row.label}: {talk:.2f} s of collectives a step, {1 - exposed / talk:.0%} of them "
+        f"hidden behind compute: {exposed / row.predicted_step_s:.0%} of its {row.predicted_step_s:.2f} s step."
+    ]
 
 
 SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 per node beyond 8
@@ -315,9 +335,9 @@ def _row(
     rank_host = host_bytes(payload)  # one process's: an offloaded or paged optimizer's
     on_host = host_per_node(c, traced, q) if c.sharding != "none" else None
     host = on_host if on_host is not None else rank_host  # what the JSON and the table say: per node
-    volume = communication(c, traced, q)
+    volume = communication(c, traced, q, k)
     with_host_gb = gb["total"] + rank_host / 1e9
-    step_s = _step_seconds(q, c, traced, payload, (b, k), flops, with_host_gb, volume, use, rules)
+    step_s, talk = _step_seconds(q, c, traced, payload, (b, k), flops, with_host_gb, volume, use, rules)
     generated = b * k if accumulates(c.strategy) else b  # GRPO's completions per generation on a rank
     generation_s = _generation_seconds(q, c, rank, generated, use, rules)
     if step_s is not None and generation_s is not None:
@@ -350,7 +370,7 @@ def _row(
         info.adamw,
         info.bits,
         trades.optimizers.get(c.optimizer),
-        volume["intra"] + volume["inter"],
+        volume["sent"],
         q.gpus,
         q.nodes,
         trades.adapters.get(c.adapter),
@@ -361,6 +381,7 @@ def _row(
         lambda micro, window: _row(q, c, traced, rules, use, trades, tuned, (micro, window)),
         {p: v / 1e9 for p, v in phase_peaks(payload, b).items()},
         generation_s and q.rollout.completion * generated / generation_s,
+        talk,
     )
 
 
@@ -426,26 +447,30 @@ def _step_seconds(
     volume,
     use,
     rules,
-) -> float | None:
-    """A rank's optimizer step: its compute (with the optimizer's traffic), or its collectives where they
-    take longer (they overlap: rules/fit.toml [distributed]), plus an offload's transfers and host step, or a
-    paged state's round trip when device and paged state together outgrow the device."""
+) -> tuple[float | None, tuple[float, float] | None]:
+    """A rank's optimizer step: its compute (with the optimizer's traffic) and the part of its collectives that
+    does not hide behind it (sharding.overlapped), plus an offload's transfers and host step, or a paged
+    state's round trip when device and paged state together outgrow the device; and its collectives'
+    (seconds, seconds exposed), None on one rank or where a link is unknown."""
     traffic = _optimizer_traffic(c, traced, q, rules)
     sharded_offload = c.offload != "none" and c.sharding != "none"  # the host steps it, not the device
     step_s = step_seconds(q, c, payload, recipe, flops, 0.0 if sharded_offload else traffic, use, rules)
     talk = communication_seconds(volume, q, rules)
     if step_s is None:
-        return None
+        return None, None
+    collectives = None
     if talk:
-        step_s = max(step_s, talk)
+        overlapped_s = overlapped(step_s, talk, hidden_share(c, rules))
+        collectives = (talk, overlapped_s - step_s)
+        step_s = overlapped_s
     if sharded_offload:
-        return step_s + sharded_offload_seconds(c, traced, q, traffic, rules)
+        return step_s + sharded_offload_seconds(c, traced, q, traffic, rules), collectives
     if c.offload != "none":
-        return step_s + offload_seconds(trainable(payload), host_traffic(payload), rules)
+        return step_s + offload_seconds(trainable(payload), host_traffic(payload), rules), collectives
     paged = host_bytes(payload)
     if paged and with_host_gb > usable_gb(q, rules):  # paged state evicted, brought back
-        return step_s + 2 * paged / (rules.fit["offload"]["pcie_gbs"] * 1e9)
-    return step_s
+        return step_s + 2 * paged / (rules.fit["offload"]["pcie_gbs"] * 1e9), collectives
+    return step_s, collectives
 
 
 def _optimizer_traffic(c: Config, traced: dict, q: Question, rules: Rules) -> float:
@@ -478,7 +503,10 @@ def step_seconds(
     if not (peak or use.calibrated) or not memory:
         return None
     _, count = recipe
-    seconds = speed.compute_seconds(flops, peak, use) + speed.overhead_seconds(count, use, rules)
+    recomputed = speed.recomputed_share(c.strategy, c.adapter == "full")
+    seconds = speed.compute_seconds(flops, peak, use, rules, recomputed) + speed.overhead_seconds(
+        count, use, rules
+    )
     seconds += speed.traffic_seconds(traffic, memory, use, rules)
     adapter = q.adapter_of(c.adapter)
     if adapter.kind == "qlora" and use.modelled:
@@ -578,14 +606,28 @@ def distributed_assumptions(q: Question, rules: Rules) -> list[str]:
             out.append(d["zero_offload"])
     if any(c.offload != "none" and c.sharding != "none" for c in q.configs):
         out.append(d["offload_time"])
-    acc = q.accelerator
-    if acc is not None and acc.link_gbs:
-        out.append(f"Within a node: {acc.link}, {acc.link_gbs:g} GB/s per direction. {acc.link_source}")
-    if q.nodes > 1:
-        out.append(f"Across nodes: {d['internode_gbs']:g} GB/s per GPU. {d['internode_source']}")
+    node, network = q.links.node, q.links.network
+    if node is not None:
+        whence = (
+            "as --interconnect gives"
+            if "node" in q.links.given
+            else "the accelerator's own (--interconnect to change)"
+        )
+        out.append(f"Within a node: {node.name}, {node.gbs:g} GB/s per direction, {whence}. {node.source}")
+    if q.nodes > 1 and network is not None:
+        whence = (
+            "as --interconnect gives"
+            if "network" in q.links.given
+            else "what its machines usually carry (--interconnect to change)"
+        )
+        share = f", {network.node_gbs(q.gpus):g} GB/s a node of {q.gpus}" if network.per == "gpu" else ""
+        out.append(
+            f"Between nodes: {network.name}, {network.gbs:g} GB/s per direction{share}, {whence}. "
+            f"{network.source}. {d['network_source']}"
+        )
     out += [
         f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth. {d['collective_source']}",
-        d["overlap"],
+        d["overlap"] + " Hidden: " + ", ".join(f"{k} {v:.0%}" for k, v in d["hidden"].items()) + ".",
         d["volume_source"],
     ]
     return out

@@ -129,6 +129,13 @@ class FitRequest:
         "Fraction of peak FLOP/s a step reaches, for step times (default: measured on this accelerator, else "
         "0.35).",
     )
+    interconnect: str | None = option(
+        None,
+        "The links collectives go through, comma-separated, one within a node and one between nodes: nvlink2-5, "
+        "pcie3-5; ib-edr, ib-hdr, ib-ndr, ib-xdr, roce-200, roce-400, efa-3200, eth-100, eth-25, eth-10 "
+        "(rules/hardware.toml [links]), e.g. pcie4,eth-100. Default: the accelerator's own link, and the network "
+        "its machines usually carry (A100: ib-hdr; H100, H200, B200: ib-ndr; PCIe cards: Ethernet).",
+    )
     method: str | None = option(
         None,
         "The training step: sft (TRL's SFTTrainer: its chunked log-probabilities, no full logits), trainer "
@@ -198,6 +205,7 @@ class Question:
     reference: str | None = None  # DPO's (GRPO's) reference as asked; None: per adapter (method_of)
     rollout: Rollout | None = None  # GRPO's generation settings, every default filled
     loss: str = "logits"  # Trainer's: logits | fused (Liger's fused linear cross-entropy)
+    links: accelerators.Links = accelerators.Links(None, None)  # within a node and between nodes
 
     @property
     def world(self) -> int:
@@ -308,6 +316,7 @@ def question(
         options.reference,
         rollout,
         options.loss,
+        accelerators.links(acc, options.interconnect, rules),
     )
 
 

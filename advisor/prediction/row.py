@@ -47,6 +47,7 @@ class Row:
     generation_tokens_s: float | None = (
         None  # GRPO: completion tokens/s of its generation (a bound: speed.py)
     )
+    collectives_s: tuple[float, float] | None = None  # its collectives' seconds a step, and those not hidden
 
     def at(self, batch_size: int, accumulation_steps: int) -> Row:
         """The same configuration priced at another micro-batch and accumulation (to compare two rows alike)."""
@@ -125,6 +126,8 @@ class Row:
             "sharding": self.sharding,
             "per_rank": self.sharding != "none",
             "communication_bytes_per_step": self.communication_bytes,
+            "communication_s_per_step": self.collectives_s[0] if self.collectives_s else None,
+            "communication_exposed_s_per_step": self.collectives_s[1] if self.collectives_s else None,
             "gpu_hours_per_billion_tokens": (
                 self.world * 1e9 / self.tokens_per_s / 3600 if self.tokens_per_s else None
             ),

@@ -8,7 +8,7 @@ What is composed rather than traced, and the buffers and links it takes, are sta
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from advisor.prediction.question import Question
 from advisor.prediction.step import Config, host_bytes, n_params, phase_bytes, trainable
@@ -159,45 +159,122 @@ def host_per_node(c: Config, payload: dict, q: Question) -> float | None:
     return None
 
 
-def communication(c: Config, payload: dict, q: Question) -> dict:
-    """Bytes a rank sends per optimizer step, within its node and across nodes (ring collectives: an
-    all-reduce moves 2(N-1)/N of its input, an all-gather or reduce-scatter (N-1)/N)."""
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank joins: what it moves (`tensor`: the whole tensor's bytes, every rank's part),
+    how (all-reduce, all-gather, reduce-scatter), how often (each micro-batch or once per optimizer step)
+    and over which ranks (the shard's, or one per node across nodes under HSDP)."""
+
+    name: str
+    kind: str
+    tensor: float
+    per: str  # "micro-batch" | "step"
+    ranks: int
+    across_nodes: bool = False  # HSDP's replicas: one rank per node, over the network
+
+    @property
+    def sent(self) -> float:
+        """Bytes a rank sends, ring algorithms: an all-reduce 2(N-1)/N of the tensor, the others (N-1)/N."""
+        share = (self.ranks - 1) / self.ranks
+        return (2 if self.kind == "all-reduce" else 1) * share * self.tensor
+
+    def per_step(self, micro_batches: int) -> float:
+        return self.sent * (micro_batches if self.per == "micro-batch" else 1)
+
+
+def collectives(c: Config, payload: dict, q: Question) -> list[Collective]:
+    """The collectives of one rank's optimizer step, as the libraries issue them: DDP all-reduces the gradients
+    once per step (Trainer's no_sync while accumulating); ZeRO-1 reduces 16-bit gradients at the step and
+    all-gathers the updated weights; ZeRO-2 reduce-scatters gradients every micro-batch (its backward hooks)
+    and all-gathers the weights at the step; ZeRO-3 and FSDP gather the weights for every micro-batch's forward
+    and again for its backward (reshard after forward: FSDP's FULL_SHARD default, ZeRO-3 always; FSDP2 keeps
+    the root's through backward) and reduce-scatter its gradients; HSDP all-reduces the gradient shards
+    across nodes every micro-batch. Empty on one rank."""
     n = q.world
-    if n == 1:
-        return {"intra": 0.0, "inter": 0.0}
+    if n == 1 or c.sharding == "none":
+        return []
     trained = trainable(payload)
     width = 4 if c.dtype == "fp32" and c.sharding in ("fsdp", "hsdp") else 2  # bytes a gathered weight takes
     weights = width * (n_params(payload) + (trained if c.adapter != "full" else 0))
     grads = trained * payload["grad_bytes_per_param"]
     if c.sharding == "ddp":
-        volume = 2 * (n - 1) / n * grads
-    elif c.sharding in ("zero1", "zero2"):
-        volume = 2 * (n - 1) / n * 2 * trained  # reduce-scatter 16-bit grads, all-gather updated weights
-    elif c.sharding == "zero3":
-        volume = (n - 1) / n * (2 * weights + 2 * trained)
-    else:  # FSDP2: weights gathered in forward and backward, the root's once; gradients reduce-scattered
-        s = shard_size(c, q)
-        root = width * payload["structure"]["root"]  # gathered once: FSDP2 keeps the root through backward
-        shard_volume = (s - 1) / s * (2 * weights - root + grads)
-        if c.sharding == "hsdp":
-            across = 2 * (q.nodes - 1) / q.nodes * grads / s
-            return {"intra": shard_volume, "inter": across}
-        volume = shard_volume
-    return {"intra": volume, "inter": 0.0} if q.nodes == 1 else {"intra": 0.0, "inter": volume}
+        return [Collective("gradients", "all-reduce", grads, "step", n)]
+    if c.sharding in ("zero1", "zero2"):
+        per = "step" if c.sharding == "zero1" else "micro-batch"
+        return [
+            Collective("16-bit gradients", "reduce-scatter", 2 * trained, per, n),
+            Collective("updated 16-bit weights", "all-gather", 2 * trained, "step", n),
+        ]
+    if c.sharding == "zero3":
+        return [
+            Collective("weights for forward", "all-gather", weights, "micro-batch", n),
+            Collective("weights for backward", "all-gather", weights, "micro-batch", n),
+            Collective("16-bit gradients", "reduce-scatter", 2 * trained, "micro-batch", n),
+        ]
+    s = shard_size(c, q)
+    root = width * payload["structure"]["root"]
+    out = [
+        Collective("weights for forward", "all-gather", weights, "micro-batch", s),
+        Collective("weights for backward (the root kept)", "all-gather", weights - root, "micro-batch", s),
+        Collective("gradients", "reduce-scatter", grads, "micro-batch", s),
+    ]
+    if c.sharding == "hsdp" and q.nodes > 1:
+        out.append(
+            Collective("gradient shards across nodes", "all-reduce", grads / s, "micro-batch", q.nodes, True)
+        )
+    return out
+
+
+def communication(c: Config, payload: dict, q: Question, micro_batches: int = 1) -> dict:
+    """A rank's collectives per optimizer step of `micro_batches`: the bytes it sends (`sent`, ring algorithms),
+    the bytes each GPU moves over its node's link (`intra`) and the bytes that enter each node over the network
+    (`inter`). A collective over G GPUs of a node moves (G-1)/G of its tensor within it; over M nodes, (M-1)/M
+    of it enters each node, spread over the node's network ports (NCCL's rings, a channel per port), an
+    all-reduce twice each; HSDP's replicas reduce the node's gradient shards, the whole gradient per node."""
+    sent = intra = inter = 0.0
+    g, m = q.gpus, q.nodes
+    for op in collectives(c, payload, q):
+        moved = op.per_step(micro_batches)
+        sent += moved
+        whole = moved / ((op.ranks - 1) / op.ranks)  # the tensor's bytes (twice, an all-reduce's), per step
+        if op.across_nodes:
+            inter += whole * g * (m - 1) / m  # every GPU's shard of it crosses, the node's together
+            continue
+        intra += whole * (g - 1) / g
+        if m > 1 and c.sharding != "hsdp":
+            inter += whole * (m - 1) / m
+    return {"sent": sent, "intra": intra, "inter": inter}
 
 
 def communication_seconds(volume: dict, q: Question, rules: Rules) -> float | None:
-    """Seconds the step's collectives take at the links' bandwidth (rules/hardware.toml, rules/fit.toml)."""
+    """Seconds the step's collectives take: the slower of the node's link (Question.links: --interconnect,
+    else the accelerator's own) and the node's network ports together (a ring pipelines both), at rules/fit.toml
+    [distributed]'s collective efficiency; None where a link that is used is unknown."""
     if not volume["intra"] and not volume["inter"]:
         return 0.0
-    d = rules.fit["distributed"]
-    link = q.accelerator.link_gbs if q.accelerator is not None else None
-    if volume["intra"] and not link:
+    efficiency = rules.fit["distributed"]["collective_efficiency"]
+    node, network = q.links.node, q.links.network
+    if (volume["intra"] and node is None) or (volume["inter"] and network is None):
         return None
-    efficiency = d["collective_efficiency"]
-    intra = volume["intra"] / (link * 1e9 * efficiency) if volume["intra"] else 0.0
-    inter = volume["inter"] / (d["internode_gbs"] * 1e9 * efficiency)
-    return intra + inter
+    within = volume["intra"] / (node.gbs * 1e9 * efficiency) if volume["intra"] else 0.0
+    across = volume["inter"] / (network.node_gbs(q.gpus) * 1e9 * efficiency) if volume["inter"] else 0.0
+    return max(within, across)
+
+
+def hidden_share(c: Config, rules: Rules) -> float:
+    """The share of the collectives' time that can hide behind compute (rules/fit.toml [distributed.hidden])."""
+    shares = rules.fit["distributed"]["hidden"]
+    return (
+        shares["zero3"]
+        if c.sharding == "zero3"
+        else shares["fsdp" if c.sharding in ("fsdp", "hsdp") else "ddp"]
+    )
+
+
+def overlapped(compute_s: float, talk_s: float, share: float) -> float:
+    """A step whose collectives take `talk_s` beside `compute_s` of compute: the hidden share of them runs
+    under the compute (at most all of it), the rest adds to it."""
+    return compute_s + talk_s - min(share * talk_s, compute_s)
 
 
 def sharded_offload_seconds(

@@ -52,13 +52,69 @@ def generation_efficiency(acc: Accelerator | None, rules: Rules) -> Utilization:
     return Utilization(speed["default_mfu"], speed["mfu_source"])
 
 
-def band(acc: Accelerator | None, use: Utilization, rules: Rules) -> float | None:
-    """The speed model's error on held-out published runs of this accelerator's generation, where the model
-    stands for it (nothing given or measured in its place); None where no held-out run tested it."""
+MIN_HELD_OUT = 5  # held-out published runs a generation needs before its band is printed
+
+
+@dataclass(frozen=True)
+class Band:
+    """Where published tokens/s fell around the model's prediction on one generation's held-out runs: the 10th
+    and 90th percentiles of predicted / published (`low`, `high`), over `rows` runs, and the median
+    |ratio - 1| (what two rows' speeds must differ by before their order is decided by time)."""
+
+    generation: str
+    rows: int
+    low: float
+    high: float
+    median: float
+
+    def interval(self, predicted: float) -> tuple[float, float]:
+        """The range the measured figure falls in for 8 held-out runs of 10: predicted / high to / low."""
+        return predicted / self.high, predicted / self.low
+
+    def as_dict(self) -> dict:
+        return {
+            "generation": self.generation,
+            "held_out_rows": self.rows,
+            "ratio_p10": self.low,
+            "ratio_p90": self.high,
+            "median_abs_error": self.median,
+        }
+
+
+def band(acc: Accelerator | None, use: Utilization, rules: Rules) -> Band | None:
+    """The speed model's band on held-out published runs of this accelerator's generation, where the model
+    stands for it (nothing given or measured in its place) and at least MIN_HELD_OUT runs tested it."""
     tested = rules.fit["speed"].get("held_out", {})
-    if use.modelled and not use.calibrated and acc is not None and acc.generation in tested:
-        return tested[acc.generation]
-    return None
+    if not use.modelled or use.calibrated or acc is None or acc.generation not in tested:
+        return None
+    t = tested[acc.generation]
+    return (
+        Band(acc.generation, t["rows"], t["low"], t["high"], t["median"])
+        if t["rows"] >= MIN_HELD_OUT
+        else None
+    )
+
+
+def unbanded(acc: Accelerator | None, use: Utilization, rules: Rules) -> str | None:
+    """Why a modelled step time has no band (too few held-out runs on its generation); None where it has one
+    or the time is not the model's."""
+    if not use.modelled or use.calibrated or acc is None or acc.key == "cpu" or band(acc, use, rules):
+        return None
+    rows = rules.fit["speed"].get("held_out", {}).get(acc.generation, {}).get("rows", 0)
+    return (
+        f"No error band on {acc.generation or acc.name}: {rows} held-out published run{'s' * (rows != 1)} "
+        f"tested the speed model there ({MIN_HELD_OUT} needed; bench/speed_anchors.toml), so its step times "
+        "are the model's alone."
+    )
+
+
+def recomputed_share(strategy: str, full: bool) -> float:
+    """The share of a checkpointed step's executed FLOPs that recompute the forward: forward 2, backward 4
+    (a full fine-tune's weight and input gradients) or 2 (a frozen base's input gradients alone), the
+    recomputed forward 2; none under selective checkpointing (it recomputes the cheap ops) or without."""
+    if not strategy.startswith("checkpointing"):
+        return 0.0
+    return 2 / 8 if full else 2 / 6
 
 
 def overhead_seconds(micro_batches: int, use: Utilization, rules: Rules) -> float:
@@ -92,9 +148,18 @@ def dequant_seconds(
     return moved / (bytes_per_s * rules.fit["speed"]["dequant_efficiency"])
 
 
-def compute_seconds(flops: float, peak_tflops: float | None, use: Utilization) -> float:
+def compute_seconds(
+    flops: float,
+    peak_tflops: float | None,
+    use: Utilization,
+    rules: Rules | None = None,
+    recomputed: float = 0.0,
+) -> float:
     """Forward and backward: the executed FLOPs at the rate measured on the device, else at the
-    utilization's share of the datasheet's peak."""
+    utilization's share of the datasheet's peak; with `rules`, the `recomputed` share of them at
+    [speed] recompute_cost (the model's parts only)."""
+    if rules is not None and use.modelled:
+        flops *= 1 - recomputed * (1 - rules.fit["speed"]["recompute_cost"])
     if use.flops_per_s:
         return flops / use.flops_per_s
     return flops / (peak_tflops * 1e12 * use.value)

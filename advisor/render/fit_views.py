@@ -66,7 +66,7 @@ def fit_view(answer, everything: bool = False, verbose: bool = False) -> Rendera
             parts.append(Text("ds_config.json:\n" + json.dumps(shown.launch["deepspeed"], indent=2) + "\n"))
     notes = Text("Assumptions\n", style="bold")
     notes.append(f"• {step_time_sentence(answer)}\n", style="dim")
-    for a in answer.assumptions:
+    for a in band_lines(answer) + answer.assumptions:
         notes.append(f"• {first_sentence(a)}\n", style="dim")
     notes.append("(each with its source: --json, or rules/fit.toml)\n", style="dim")
     parts.append(notes)
@@ -140,9 +140,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
                 f"({lever.flags})\n",
                 style="bold yellow",
             )
-        band = f" ±{answer.speed_band:.0%}" if answer.speed_band else ""
         speed = (
-            f", {pick.tokens_per_s:,.0f} tokens/s{band}"
+            f", {_tokens_per_s(pick.tokens_per_s, answer.speed_band)}"
             if pick.tokens_per_s
             else f", {fmt(pick.throughput)} samples/s"
             if pick.throughput
@@ -160,6 +159,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
         head.append(f"\n{trade}" if trade else "")
         short = short_of_batch(answer)
         head.append(f"\n{short}" if short else "", style="yellow")
+        if answer.band_note and pick.tokens_per_s and not verbose:
+            head.append(f"\n{first_sentence(answer.band_note)}", style="dim")
         head.append(f"\n{len(answer.fitting)} of {n} configurations fit")
     elif answer.several:
         r = answer.several
@@ -281,9 +282,31 @@ def qlora_trade(answer) -> str | None:
             if abs(change) < 0.005
             else f", {abs(change):.0%} {'fewer' if change < 0 else 'more'} tokens/s"
         )
-        if answer.speed_band and 0.005 <= abs(change) < answer.speed_band:
-            speed += f" (within the speed model's ±{answer.speed_band:.0%}: undecided)"
+        band = answer.speed_band
+        if band and 0.005 <= abs(change) < band.median:
+            speed += f" (within the speed model's median error of {band.median:.0%}: undecided)"
     return f"QLoRA at this batch: {gib(twin.total):.1f} GiB{speed}"
+
+
+def _tokens_per_s(predicted: float, band) -> str:
+    """'2,900 tokens/s (2,700–3,100)': the prediction, and where published runs fell around it on this
+    generation (speed.Band: 8 held-out runs of 10), where it has a band."""
+    if band is None:
+        return f"{predicted:,.0f} tokens/s"
+    low, high = band.interval(predicted)
+    return f"{predicted:,.0f} tokens/s ({low:,.0f}–{high:,.0f})"
+
+
+def band_lines(answer) -> list[str]:
+    """What the speed band is (--verbose), or why there is none."""
+    band = answer.speed_band
+    if band is None:
+        return [answer.band_note] if answer.band_note else []
+    return [
+        f"Speed band: where the measured tokens/s fell for 8 of 10 of {band.rows} held-out published runs on "
+        f"{band.generation} (predicted / published from {band.low:.2f} to {band.high:.2f}; median error "
+        f"{band.median:.0%}; bench/results/fit-speed.json)."
+    ]
 
 
 def short_of_batch(answer) -> str | None:
@@ -366,8 +389,8 @@ def _fit_table(answer, rows) -> Table:
         )
     if any(ties):
         table.caption = (
-            f"≈: placed below the row above by tokens/s alone, within the speed model's ±{answer.speed_band:.0%}:"
-            " undecided by time"
+            "≈: placed below the row above by tokens/s alone, within the speed model's median error on held-out "
+            f"runs ({answer.speed_band.median:.0%}): undecided by time"
         )
         table.caption_justify = "left"
     return table
