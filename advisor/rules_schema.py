@@ -390,7 +390,6 @@ FIT_TOML = table(
                     "generations": table(entries=number(above=0, high=1, eg=0.5)),
                     "micro_batch_overhead_s": req(number(low=0, high=10, eg=0.09)),
                     "dequant_efficiency": req(number(above=0, high=1, eg=0.2)),
-                    "recompute_cost": req(number(low=0, high=1, eg=0.8)),
                     "held_out": table(
                         entries=table(
                             {
@@ -408,7 +407,6 @@ FIT_TOML = table(
                         "overhead_source",
                         "dequant_source",
                         "held_out_source",
-                        "recompute_source",
                     ),
                 }
             )
@@ -510,6 +508,7 @@ FIT_TOML = table(
                         )
                     ),
                     "collective_efficiency": req(number(above=0, high=1, eg=0.8)),
+                    "zero3_efficiency": req(number(above=0, high=1, eg=0.5)),
                     **_texts(
                         "fsdp",
                         "hsdp",
@@ -518,6 +517,7 @@ FIT_TOML = table(
                         "zero_buffers",
                         "zero_offload",
                         "network_source",
+                        "zero3_source",
                         "collective_source",
                         "overlap",
                         "offload_time",

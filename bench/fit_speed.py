@@ -94,7 +94,10 @@ def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
     traffic) as predicted; what --fit rescales."""
     acc = answer.question.accelerator
     k = row.get("accumulation", 1)
-    compute = r.step_flops / (accelerators.peak_tflops(acc, row["dtype"]) * 1e12)
+    peak = accelerators.peak_tflops(acc, row["dtype"]) * 1e12
+    rows = row["batch"] * k
+    attention = attention_flops(answer.question.model.config, row["seq_len"], rows, row["strategy"]) / peak
+    compute = r.step_flops / peak - attention
     now = rules.fit["speed"]
     dequant = 0.0
     if row["adapter"] == "qlora":  # at unit efficiency: the model's seconds times its efficiency
@@ -103,23 +106,54 @@ def parts(row: dict, anchors: dict, answer, r, rules) -> dict:
         at_model = speed.dequant_seconds(quantized, 4, passes, k, acc.bandwidth_gbs * 1e9, rules)
         dequant = at_model * now["dequant_efficiency"]
     e0 = speed.generation_efficiency(acc, rules).value
-    recomputed = speed.recomputed_share(row["strategy"], row["adapter"] == "full")
+    recomputed = recomputed_share(row["strategy"], row["adapter"] == "full")
     talk, exposed = r.collectives_s or (0.0, 0.0)
+    d = rules.fit["distributed"]
+    zero3 = row["sharding"] == "zero3"
+    at_link = talk * (d["zero3_efficiency"] if zero3 else d["collective_efficiency"])  # at 100 % of the links
     modelled = (
-        compute * (1 - recomputed * (1 - now["recompute_cost"])) / e0
+        compute / e0
+        + attention / e0
         + k * now["micro_batch_overhead_s"]
         + dequant / now["dequant_efficiency"]
     )
     return {
         "compute": compute,
+        "attention": attention,
         "recomputed": recomputed,
         "dequant": dequant,
         "micro_batches": k,
-        "talk": talk,
+        "talk": at_link,
+        "zero3": zero3,
+        "efficiency": d["collective_efficiency"],
         "hidden": _hidden_key(row["sharding"]),
         "rest": r.predicted_step_s - exposed - modelled,
         "generation": acc.generation,
     }
+
+
+def attention_flops(config: dict | None, seq_len: int, rows: int, strategy: str) -> float:
+    """Attention's two products over `rows` sequences, as torch's FLOP formulas count sdpa (what the trace
+    summed, no causal discount): 4 s^2 (heads x head_dim) a layer and row forward, twice that backward, the
+    forward again under full checkpointing. The model prices them with the rest; --fit tries a share of their
+    own per generation (attention_<generation>) to see whether the anchors ask for one."""
+    text = (config or {}).get("text_config") or config or {}
+    heads, layers = text.get("num_attention_heads"), text.get("num_hidden_layers")
+    if not (heads and layers):
+        return 0.0
+    width = heads * (text.get("head_dim") or text.get("hidden_size", 0) // heads)
+    passes = 4 if strategy.startswith("checkpointing") else 3
+    return 4 * seq_len**2 * width * layers * rows * passes
+
+
+def recomputed_share(strategy: str, full: bool) -> float:
+    """The share of a checkpointed step's FLOPs that recompute the forward: forward 2, backward 4 (a full
+    fine-tune's weight and input gradients) or 2 (a frozen base's input gradients), the recomputed forward
+    2. The model prices it at its full cost; --fit tries a cost below 1 (recompute_cost) to see whether the
+    anchors ask for one."""
+    if not strategy.startswith("checkpointing"):
+        return 0.0
+    return 2 / 8 if full else 2 / 6
 
 
 def _hidden_key(sharding: str) -> str:
@@ -133,28 +167,41 @@ def _embeddings(cfg: dict) -> int:
     return cfg["vocab_size"] * cfg["hidden_size"] * (1 if tied else 2) + cfg["hidden_size"]
 
 
-FITTED = ("micro_batch_overhead_s", "dequant_efficiency", "recompute_cost", "hidden_fsdp", "hidden_zero3")
+FITTED = (
+    "micro_batch_overhead_s",
+    "dequant_efficiency",
+    "recompute_cost",
+    "hidden_fsdp",
+    "hidden_zero3",
+    "zero3_efficiency",
+    "attention_hopper",
+)
 GRIDS = {
     "micro_batch_overhead_s": [x / 100 for x in range(0, 21)],
     "dequant_efficiency": [x / 100 for x in range(3, 61)],
     "recompute_cost": [x / 20 for x in range(10, 21)],
     "hidden_fsdp": [x / 20 for x in range(0, 21)],
     "hidden_zero3": [x / 20 for x in range(0, 21)],
+    "zero3_efficiency": [x / 20 for x in range(1, 17)],
+    "attention_hopper": [x / 20 for x in range(2, 19)],
 }
 EFFICIENCIES = [x / 100 for x in range(20, 91)]
 
 
 def step(p: dict, e: float, k: dict) -> float:
     """Seconds of the row's step at these constants (`k`: FITTED's, `e`: its generation's efficiency), from
-    its parts: compute, fixed cost, dequantization and the rest, with the collectives' unhidden share on top."""
+    its parts: compute (attention at its generation's own share where `k` has one), fixed cost,
+    dequantization and the rest, with the collectives' unhidden share on top."""
     compute = (
         p["compute"] * (1 - p["recomputed"] * (1 - k["recompute_cost"])) / e
+        + p["attention"] / k.get(f"attention_{p['generation']}", e)
         + p["micro_batches"] * k["micro_batch_overhead_s"]
         + p["dequant"] / k["dequant_efficiency"]
         + p["rest"]
     )
     share = k.get(f"hidden_{p['hidden']}", 0.8)
-    return compute + p["talk"] - min(share * p["talk"], compute)
+    talk = p["talk"] / (k["zero3_efficiency"] if p["zero3"] else p["efficiency"])
+    return compute + talk - min(share * talk, compute)
 
 
 def _ratio(f: dict, e: float, k: dict) -> float:
@@ -257,7 +304,10 @@ def main() -> None:
     if args.fit:
         now = {
             **rules.fit["speed"],
+            "recompute_cost": 1.0,
+            "attention_hopper": rules.fit["speed"]["generations"]["hopper"],
             **{f"hidden_{k}": v for k, v in rules.fit["distributed"]["hidden"].items()},
+            "zero3_efficiency": rules.fit["distributed"]["zero3_efficiency"],
         }
         constants = fit(rows, found, now)
         gens = {k: v for k, v in constants.items() if k not in FITTED}

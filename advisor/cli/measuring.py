@@ -233,42 +233,80 @@ def nothing_measured_sentence(measured) -> str:
     show_default=True,
     help="Where to time: the GPU when one is usable (auto), or this CPU.",
 )
+@click.option(
+    "--rounds",
+    type=click.IntRange(3, 100),
+    default=8,
+    show_default=True,
+    help="At most this many rounds of the three timings (fewer where the fastest three of each agree).",
+)
+@click.option(
+    "--tolerance",
+    type=FiniteFloat(0, 1, min_open=True),
+    default=0.2,
+    show_default=True,
+    help="The relative spread the fastest three rounds of each rate must agree within (0.2: 20 %).",
+)
 @write_db_option
 @json_option
 @domain_errors
-def calibrate(device, db, as_json):
+def calibrate(device, rounds, tolerance, db, as_json):
     """Time this device's rates, so that `advisor fit` prices steps on it from them.
 
     A large matrix product (FLOP/s), an optimizer-like update over 64 MB (bytes/s) and a tiny Llama's
-    forward and backward (a micro-batch's fixed cost), a few seconds in all, recorded in your KB with the
-    device's name. `advisor fit --gpu cpu` (or the GPU's name) then says "calibrated on this device" and
-    uses them instead of the datasheet's peak and the speed model's constants (docs/fit.md).
+    forward and backward (a micro-batch's fixed cost), timed in rounds until the fastest three rounds of
+    each agree within --tolerance (a few seconds on a quiet machine; at most --rounds rounds or a minute on
+    a busy one, and then it says they did not agree, and by how much). The fastest figure of each is
+    recorded in your KB with the device's name, the spread and the rounds. `advisor fit --gpu cpu` (or the
+    GPU's name) then says "calibrated on this device" and uses them instead of the datasheet's peak and
+    the speed model's constants (docs/fit.md); of several calibrations, the latest that agreed.
 
     \b
     Examples:
         advisor calibrate
         advisor calibrate --device cpu --json
+        advisor calibrate --rounds 12 --tolerance 0.1
         advisor fit --model llama-3.2-1b --gpu cpu --batch-size 1 --seq-len 256
     """
     require_measure_side()
-    from advisor.measuring.device_speed import calibrate_here  # torch: the measurement side
+    from advisor.measuring.device_speed import AGREE, SHORT, calibrate_here  # torch: the measurement side
 
-    machine, rates = calibrate_here(db, device)
+    result = calibrate_here(db, device, rounds=rounds, tolerance=tolerance)
     if as_json:
-        echo_json(
-            {
-                "hardware": machine["hardware"],
-                "device": machine["device"],
-                "rates": [r.as_dict() for r in rates],
-            }
-        )
+        echo_json(result.as_dict())
         return
+    machine = result.machine
     out = Console()
-    out.print(f"Calibrated {machine['device'] if machine['hardware'] == 'cpu' else machine['hardware']}:")
-    for r in rates:
+    name = machine["device"] if machine["hardware"] == "cpu" else machine["hardware"]
+    spreads = ", ".join(f"{SHORT[r.name]} {result.spreads[r.name]:.0%}" for r in result.rates)
+    took = f"{result.rounds} round{'s' if result.rounds > 1 else ''} in {result.seconds:.1f} s"
+    asked = f"at most {result.tolerance * 100:g}% asked"
+    if result.agreed:
+        out.print(
+            f"Calibrated {name}: {took}; the fastest {AGREE} of each rate agree within "
+            f"{result.spread:.0%} ({asked}: {spreads})."
+        )
+    else:
+        few = result.rounds < AGREE
+        out.print(
+            f"Calibrated {name}, but the rounds did not agree: "
+            + (f"only {took} before the time allowed ran out" if few else f"after {took}")
+            + f", the fastest {min(AGREE, result.rounds)} of a rate still differ by up to {result.spread:.0%} "
+            f"({spreads}; {asked}). Other load on this machine slows some rounds: the fastest figures are "
+            "recorded, marked as not agreed; calibrate again when the machine is quieter"
+            + ("." if few else ", or with more --rounds.")
+        )
+    for r in result.rates:
         out.print(f"  {r.detail}")
     gpu = "cpu" if machine["hardware"] == "cpu" else f"'{machine['hardware']}'"
-    out.print(f'advisor fit --gpu {gpu} now prices steps from these ("calibrated on this device").')
+    chosen = result.chosen
+    if chosen.get("agreed") and not result.agreed:
+        out.print(
+            f"advisor fit --gpu {gpu} keeps pricing steps from the calibration of {chosen['at']}, whose "
+            f"rounds agreed (within {chosen['spread']:.0%}); of {chosen['calibrations']} recorded here."
+        )
+    else:
+        out.print(f'advisor fit --gpu {gpu} now prices steps from these ("calibrated on this device").')
 
 
 @click.command(context_settings=CONTEXT)

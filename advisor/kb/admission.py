@@ -372,7 +372,7 @@ VALIDATION_RULES = {
     "preset": Pattern(IDENTIFIER.first, IDENTIFIER.rest, 48, required=False),
     "name": Pattern("a-z0-9", "a-z0-9_+.:-", 100),
     "passed": Number(0, 1, integer=True, required=True),
-    "value": Number(-1e15, 1e15),  # a relative error may be negative
+    "value": Number(-1e18, 1e18),  # a relative error may be negative; a calibrated GPU's FLOP/s exceed 1e15
     "tolerance": Number(0, 1e15),
     "detail": Text(100_000, required=True, free=True),
     "software": Json(),
@@ -447,7 +447,8 @@ def validation_problem(v: dict) -> str | None:
         problem = rule.problem(v.get(col), v)
         if problem:
             return _said(col, problem, v.get(col))
-    return None
+    rate = speed_rate_problem(v.get("name"), v.get("value"))
+    return _said("value", rate, v.get("value")) if rate else None
 
 
 def _said(col: str, problem: str, value) -> str:
@@ -611,3 +612,30 @@ def _column(col: str, source: str) -> str:
     """The column a check reads, qualified by the alias its FROM gives the checked table."""
     alias = source.split(".", 1)[1].split()[1]
     return f"{alias}.{col}"
+
+
+SPEED_BOUNDS = {  # what `advisor calibrate` can plausibly record on any device: (lowest, highest, unit)
+    "speed_matmul_flops": (1e6, 1e18, "FLOP/s"),
+    "speed_stream_bytes": (1e6, 1e16, "bytes/s"),
+    "speed_micro_batch_s": (1e-6, 1e4, "s"),
+    "speed_spread": (0.0, 1e6, ""),  # the slowest of the fastest rounds over the fastest, less one
+    "speed_rounds": (1.0, 1e4, ""),
+}
+
+
+def speed_rate_problem(name: str, value) -> str | None:
+    """What is wrong with a figure `advisor calibrate` records ('must be finite', 'must lie between ...'),
+    or None: non-finite, non-positive and absurd rates (-1, 0, 1e-300 FLOP/s, Inf, NaN, which SQLite keeps
+    as NULL) price no step. A name not of SPEED_BOUNDS is not judged."""
+    if name not in SPEED_BOUNDS:
+        return None
+    lo, hi, unit = SPEED_BOUNDS[name]
+    if value is None:
+        return "is missing"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "must be a number"
+    if not math.isfinite(value):
+        return "must be finite"
+    if not lo <= value <= hi:
+        return f"must lie between {lo:g} and {hi:g}{' ' + unit if unit else ''}"
+    return None

@@ -560,19 +560,64 @@ def fit_validations(conn: sqlite3.Connection) -> list[dict]:
 
 
 def speed_calibrations(conn: sqlite3.Connection) -> dict[str, dict]:
-    """`advisor calibrate`'s latest rates per hardware: {hardware: {name: value, 'at': when, 'device': ...}}."""
+    """`advisor calibrate`'s chosen calibration per hardware: {hardware: {rate name: value, 'at': when it was
+    recorded (ISO, UTC), 'device': the device's name, 'spread': the worst rate's spread over its fastest
+    rounds, 'rounds': the rounds run, 'agreed': whether they agreed within 'tolerance', 'tolerance',
+    'calibrations': how many usable calibrations of this hardware the KB holds}}. A calibration is the rows
+    of one hardware recorded at one time; one any of whose figures breaks its rule (speed_rate_problem: -1,
+    0, Inf, NULL) is left out whole. The choice: the latest calibration whose rounds agreed; where none
+    did, the latest (one that did not agree, or one recorded before calibrate compared rounds, whose
+    spread, rounds and agreed are None)."""
     try:
         rows = conn.execute(
-            "SELECT hardware, device, name, value, created_at FROM validations v WHERE name LIKE ? "
-            "AND created_at = (SELECT max(created_at) FROM validations w "
-            "WHERE w.hardware = v.hardware AND w.name LIKE ?)",
-            [SPEED_RATE, SPEED_RATE],
+            "SELECT hardware, device, name, value, passed, tolerance, created_at FROM validations "
+            "WHERE name LIKE ? ORDER BY hardware, created_at, id",
+            [SPEED_RATE],
         ).fetchall()
     except sqlite3.DatabaseError:
         return {}
+    from advisor.kb import admission  # the rates' rules: a few ms, on fit's path only where it reads a KB
+
+    found: dict[str, dict[str, dict]] = {}  # hardware -> created_at -> the calibration
+    broken: set[tuple[str, str]] = set()
+    for hardware, device, name, value, passed, tolerance, at in rows:
+        if admission.speed_rate_problem(name, value):
+            broken.add((hardware, at))
+            continue
+        c = found.setdefault(hardware, {}).setdefault(
+            at,
+            {"at": at, "device": device, "spread": None, "rounds": None, "agreed": None, "tolerance": None},
+        )
+        if name == "speed_spread":
+            c.update(spread=value, agreed=bool(passed), tolerance=tolerance)
+        elif name == "speed_rounds":
+            c["rounds"] = int(value)
+        else:
+            c[name] = value
     out: dict[str, dict] = {}
-    for hardware, device, name, value, at in rows:
-        out.setdefault(hardware, {"at": at, "device": device})[name] = value
+    for hardware, by_time in found.items():
+        usable = [c for at, c in by_time.items() if (hardware, at) not in broken]
+        if not usable:
+            continue
+        agreed = [c for c in usable if c["agreed"]]
+        chosen = max(agreed or usable, key=lambda c: c["at"])
+        out[hardware] = {**chosen, "calibrations": len(usable)}
+    return out
+
+
+def speed_problems(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """`advisor calibrate`'s rows whose figure breaks its rule (speed_rate_problem), as check_kb says a
+    broken row (at most `limit`)."""
+    from advisor.kb import admission  # off the answer path (see _check_pages_and_rows)
+
+    out = []
+    rows = conn.execute("SELECT id, name, value FROM validations WHERE name LIKE ? ORDER BY id", [SPEED_RATE])
+    for row_id, name, value in rows:
+        if len(out) >= limit:
+            break
+        if problem := admission.speed_rate_problem(name, value):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            out.append(f"validations {row_id} {name}: value = {shown} breaks its rule ({problem})")
     return out
 
 
@@ -834,7 +879,8 @@ def check_kb(path: Path) -> list[str]:
         damage = integrity_problems(conn, full=True)
         if damage:
             return [f"SQLite's integrity check: {d}" for d in damage]
-        return admission.stored_problems(conn)
+        broken = admission.stored_problems(conn)
+        return broken + speed_problems(conn, admission.MAX_REPORTED - len(broken))
     except sqlite3.DatabaseError as e:
         return [str(corrupt_error(path, e))]
     finally:

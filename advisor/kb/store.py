@@ -639,7 +639,15 @@ class Check:
 
 
 def add_validations(conn: sqlite3.Connection, machine: dict, preset: str, checks) -> None:
-    """The results of `advisor validate`, so that answers can say what was validated on this hardware."""
+    """The results of `advisor validate`, so that answers can say what was validated on this hardware (and
+    `advisor calibrate`'s rates). A rate that breaks its rule (admission.speed_rate_problem: -1, 0, 1e-300,
+    Inf, NaN) is refused before anything is written: a KBError, and none of the checks stored."""
+    checks = list(checks)
+    bad = [
+        f"{c.name} = {c.value!r} {p}" for c in checks if (p := admission.speed_rate_problem(c.name, c.value))
+    ]
+    if bad:
+        raise KBError(f"cannot store the calibration: {'; '.join(bad)}, so nothing was written.")
     stamp = now()
     with transaction(conn):
         for c in checks:

@@ -455,7 +455,7 @@ def _step_seconds(
     traffic = _optimizer_traffic(c, traced, q, rules)
     sharded_offload = c.offload != "none" and c.sharding != "none"  # the host steps it, not the device
     step_s = step_seconds(q, c, payload, recipe, flops, 0.0 if sharded_offload else traffic, use, rules)
-    talk = communication_seconds(volume, q, rules)
+    talk = communication_seconds(volume, q, rules, c.sharding)
     if step_s is None:
         return None, None
     collectives = None
@@ -503,10 +503,7 @@ def step_seconds(
     if not (peak or use.calibrated) or not memory:
         return None
     _, count = recipe
-    recomputed = speed.recomputed_share(c.strategy, c.adapter == "full")
-    seconds = speed.compute_seconds(flops, peak, use, rules, recomputed) + speed.overhead_seconds(
-        count, use, rules
-    )
+    seconds = speed.compute_seconds(flops, peak, use) + speed.overhead_seconds(count, use, rules)
     seconds += speed.traffic_seconds(traffic, memory, use, rules)
     adapter = q.adapter_of(c.adapter)
     if adapter.kind == "qlora" and use.modelled:
@@ -570,7 +567,8 @@ def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules:
     if not all(r.get(k) for k in ("speed_matmul_flops", "speed_stream_bytes")):
         return None
     source = (
-        f"{speed.CALIBRATED} ({r['device']}, advisor calibrate, {r['at'][:10]}): "
+        f"{speed.CALIBRATED} ({r['device']}, advisor calibrate of {r['at'][:16].replace('T', ' ')} UTC, "
+        f"{_age(r['at'])} old; {_noise(r)}): "
         f"{r['speed_matmul_flops'] / 1e9:.1f} GFLOP/s, {r['speed_stream_bytes'] / 1e9:.1f} GB/s, "
         f"{(r.get('speed_micro_batch_s') or 0) * 1e3:.0f} ms a micro-batch"
     )
@@ -580,6 +578,33 @@ def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules:
         flops_per_s=r["speed_matmul_flops"],
         bytes_per_s=r["speed_stream_bytes"],
         overhead_s=r.get("speed_micro_batch_s"),
+    )
+
+
+def _age(at: str) -> str:
+    """How long ago an ISO UTC time was, in the largest whole unit: '3 days', '5 hours', 'under an hour'."""
+    from datetime import UTC, datetime
+
+    try:
+        then = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return "of unknown age"
+    hours = (datetime.now(UTC) - (then if then.tzinfo else then.replace(tzinfo=UTC))).total_seconds() / 3600
+    if hours < 1:
+        return "under an hour"
+    return f"{hours / 24:.0f} days" if hours >= 48 else f"{hours:.0f} hours"
+
+
+def _noise(r: dict) -> str:
+    """How far a calibration's rounds agreed, and how many calibrations it was chosen from."""
+    of = f", the latest that agreed of {r['calibrations']}" if r.get("calibrations", 1) > 1 else ""
+    if r.get("agreed") is None:
+        return "one round of medians, its noise not recorded"
+    if r["agreed"]:
+        return f"the fastest of {r['rounds']} rounds, agreeing within {r['spread']:.0%}{of}"
+    return (
+        f"the fastest of {r['rounds']} rounds, which did NOT agree (spread {r['spread']:.0%}): "
+        "calibrate again on a quiet machine"
     )
 
 
@@ -626,7 +651,8 @@ def distributed_assumptions(q: Question, rules: Rules) -> list[str]:
             f"{network.source}. {d['network_source']}"
         )
     out += [
-        f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth. {d['collective_source']}",
+        f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth, ZeRO-3's at "
+        f"{d['zero3_efficiency']:.0%}. {d['collective_source']} {d['zero3_source']}",
         d["overlap"] + " Hidden: " + ", ".join(f"{k} {v:.0%}" for k, v in d["hidden"].items()) + ".",
         d["volume_source"],
     ]

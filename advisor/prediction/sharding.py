@@ -246,13 +246,15 @@ def communication(c: Config, payload: dict, q: Question, micro_batches: int = 1)
     return {"sent": sent, "intra": intra, "inter": inter}
 
 
-def communication_seconds(volume: dict, q: Question, rules: Rules) -> float | None:
+def communication_seconds(volume: dict, q: Question, rules: Rules, sharding: str = "fsdp") -> float | None:
     """Seconds the step's collectives take: the slower of the node's link (Question.links: --interconnect,
     else the accelerator's own) and the node's network ports together (a ring pipelines both), at rules/fit.toml
-    [distributed]'s collective efficiency; None where a link that is used is unknown."""
+    [distributed]'s collective efficiency (ZeRO-3's own: DeepSpeed gathers module by module, in messages far
+    smaller than FSDP's per-block flat ones); None where a link that is used is unknown."""
     if not volume["intra"] and not volume["inter"]:
         return 0.0
-    efficiency = rules.fit["distributed"]["collective_efficiency"]
+    d = rules.fit["distributed"]
+    efficiency = d["zero3_efficiency"] if sharding == "zero3" else d["collective_efficiency"]
     node, network = q.links.node, q.links.network
     if (volume["intra"] and node is None) or (volume["inter"] and network is None):
         return None

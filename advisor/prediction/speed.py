@@ -108,15 +108,6 @@ def unbanded(acc: Accelerator | None, use: Utilization, rules: Rules) -> str | N
     )
 
 
-def recomputed_share(strategy: str, full: bool) -> float:
-    """The share of a checkpointed step's executed FLOPs that recompute the forward: forward 2, backward 4
-    (a full fine-tune's weight and input gradients) or 2 (a frozen base's input gradients alone), the
-    recomputed forward 2; none under selective checkpointing (it recomputes the cheap ops) or without."""
-    if not strategy.startswith("checkpointing"):
-        return 0.0
-    return 2 / 8 if full else 2 / 6
-
-
 def overhead_seconds(micro_batches: int, use: Utilization, rules: Rules) -> float:
     """The fixed cost of the step's micro-batches (none on top of a utilization given or measured)."""
     if not use.modelled:
@@ -148,18 +139,10 @@ def dequant_seconds(
     return moved / (bytes_per_s * rules.fit["speed"]["dequant_efficiency"])
 
 
-def compute_seconds(
-    flops: float,
-    peak_tflops: float | None,
-    use: Utilization,
-    rules: Rules | None = None,
-    recomputed: float = 0.0,
-) -> float:
-    """Forward and backward: the executed FLOPs at the rate measured on the device, else at the
-    utilization's share of the datasheet's peak; with `rules`, the `recomputed` share of them at
-    [speed] recompute_cost (the model's parts only)."""
-    if rules is not None and use.modelled:
-        flops *= 1 - recomputed * (1 - rules.fit["speed"]["recompute_cost"])
+def compute_seconds(flops: float, peak_tflops: float | None, use: Utilization) -> float:
+    """Forward and backward: the executed FLOPs (checkpointing's recomputed forward included, at its full
+    cost: bench/fit_speed.py finds the checkpointed anchors at the others' ratio) at the rate measured on the
+    device, else at the utilization's share of the datasheet's peak."""
     if use.flops_per_s:
         return flops / use.flops_per_s
     return flops / (peak_tflops * 1e12 * use.value)

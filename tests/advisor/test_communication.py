@@ -120,7 +120,9 @@ def test_the_links_set_the_seconds_and_the_interconnect_replaces_them(rules):
     nvlink = communication_seconds(volume, question(rules, nodes=2), rules)  # NVLink 4; 8 NDR ports a node
     assert nvlink == pytest.approx(max(45e9 / (450e9 * efficiency), 5e9 / (8 * 50e9 * efficiency)))
     slow = communication_seconds(volume, question(rules, nodes=2, interconnect="pcie4,eth-100"), rules)
-    assert slow == pytest.approx(max(45e9 / (32e9 * efficiency), 5e9 / (12.5e9 * efficiency)))  # one NIC a node
+    assert slow == pytest.approx(
+        max(45e9 / (32e9 * efficiency), 5e9 / (12.5e9 * efficiency))
+    )  # one NIC a node
 
 
 @pytest.mark.parametrize("bad", ["nvlink9", "pcie4,nvlink4", "ib-ndr,eth-100", ","])

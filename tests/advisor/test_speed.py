@@ -99,24 +99,6 @@ def test_a_generation_with_fewer_than_five_held_out_runs_has_no_band_and_says_so
     assert "4 held-out published runs" in speed.unbanded(a100, use, few)
 
 
-def test_checkpointings_recomputed_forward_is_priced_at_its_cost(rules):
-    assert (
-        speed.recomputed_share("standard", full=True)
-        == 0
-        == speed.recomputed_share("selective-checkpointing", True)
-    )
-    assert speed.recomputed_share("checkpointing", full=True) == pytest.approx(1 / 4)
-    assert speed.recomputed_share("checkpointing+accumulation", full=False) == pytest.approx(1 / 3)
-    cost = rules.fit["speed"]["recompute_cost"]
-    use = speed.Utilization(0.5, "ampere")
-    plain = speed.compute_seconds(8e15, 312, use)
-    assert speed.compute_seconds(8e15, 312, use, rules, 0.25) == pytest.approx(
-        plain * (1 - 0.25 * (1 - cost))
-    )
-    given = speed.Utilization(0.5, "--mfu", modelled=False)  # a whole step's utilization: nothing apart
-    assert speed.compute_seconds(8e15, 312, given, rules, 0.25) == speed.compute_seconds(8e15, 312, given)
-
-
 @pytest.fixture(scope="module")
 def a100_answer(tmp_path_factory):
     """A real answer on an A100 (Ampere: held-out published rows, so a band): full fine-tuning of
