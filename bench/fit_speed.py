@@ -15,11 +15,14 @@ Each generation's held-out rows also give the 10th and 90th percentiles of the r
 inside (rules/fit.toml [speed.held_out]: the interval `advisor fit` prints around its tokens/s, where a
 generation has at least five held-out rows).
 
---fit also searches the constants (each generation's efficiency, [speed] micro_batch_overhead_s,
-dequant_efficiency and recompute_cost, [distributed.hidden] fsdp and zero3) that minimise the squared log
+--fit also searches the constants (each generation's efficiency, [speed] micro_batch_overhead_s and
+dequant_efficiency, [distributed.hidden] fsdp and zero3) that minimise the squared log
 ratios of the `fit` rows, from each row's parts (its FLOPs at the peak, the recomputed share of them, its
 dequantization at the bandwidth, its collectives' seconds, the rest as predicted), and prints the held-out
 error they would give; copy them into rules/fit.toml and run again to get the table `advisor fit` itself gives.
+It also tries two terms the model does not have, to see whether the anchors ask for them: a recompute cost
+below the forward's (recompute_cost: fitted 1.0 on the checkpointed rows, so none) and an efficiency of
+attention's own on Hopper (attention_hopper: fitted 0.50 against the whole step's 0.49, so none).
 A row's `interconnect` is passed as --interconnect; `power_w` (a power cap below the datasheet's) is the
 source's, kept for the record: the model has no power term.
 """

@@ -230,8 +230,8 @@ def communication_share(row: Row | None) -> list[str]:
         return []
     talk, exposed = row.collectives_s
     return [
-        f"Communication of {row.label}: {talk:.2f} s of collectives a step, {1 - exposed / talk:.0%} of them "
-        f"hidden behind compute: {exposed / row.predicted_step_s:.0%} of its {row.predicted_step_s:.2f} s step."
+        f"Communication of {row.label}: {talk:.3g} s of collectives a step, {1 - exposed / talk:.0%} of them "
+        f"hidden behind compute: {exposed / row.predicted_step_s:.0%} of its {row.predicted_step_s:.3g} s step."
     ]
 
 

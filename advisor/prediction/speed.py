@@ -102,9 +102,9 @@ def unbanded(acc: Accelerator | None, use: Utilization, rules: Rules) -> str | N
         return None
     rows = rules.fit["speed"].get("held_out", {}).get(acc.generation, {}).get("rows", 0)
     return (
-        f"No error band on {acc.generation or acc.name}: {rows} held-out published run{'s' * (rows != 1)} "
-        f"tested the speed model there ({MIN_HELD_OUT} needed; bench/speed_anchors.toml), so its step times "
-        "are the model's alone."
+        f"No speed band on {(acc.generation or acc.name).capitalize()}: too few published runs to check it. "
+        f"{rows} held-out published run{'s' * (rows != 1)} tested the speed model there ({MIN_HELD_OUT} needed; "
+        "bench/speed_anchors.toml), so its step times are the model's alone."
     )
 
 

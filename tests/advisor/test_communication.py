@@ -139,3 +139,48 @@ def test_the_hidden_share_runs_under_compute_and_never_more_than_all_of_it():
     assert overlapped(10.0, 4.0, 0.75) == pytest.approx(10 + 4 - 3)
     assert overlapped(1.0, 4.0, 0.75) == pytest.approx(4.0)  # at most the whole compute hides it
     assert overlapped(10.0, 4.0, 0.0) == pytest.approx(14.0)
+
+
+def test_the_answer_names_the_links_it_used_and_the_steps_communication(invoke, tmp_path):
+    """Through the CLI: two nodes of eight H100s under FSDP; --verbose names the node link and the network
+    (and that --interconnect gave them), and how much of the step the collectives take."""
+    args = [
+        "fit",
+        "--model",
+        "qwen2.5-0.5b",
+        "--gpu",
+        "H100",
+        "--gpus",
+        "8",
+        "--nodes",
+        "2",
+        "--sharding",
+        "fsdp",
+    ]
+    args += [
+        "--adapter",
+        "full",
+        "--optimizer",
+        "adamw",
+        "--strategy",
+        "standard",
+        "--db",
+        tmp_path / "kb.sqlite",
+    ]
+    asked = invoke(*args, "--interconnect", "nvlink4,roce-400", "--verbose")
+    assert asked.exit_code == 0, asked.output
+    text = " ".join(asked.output.split())
+    assert "Within a node: NVLink 4," in text and "Between nodes: RoCE, 400 Gb/s" in text
+    assert text.count("as --interconnect gives") == 2
+    assert "of collectives a step" in text and "hidden behind compute" in text
+    default = " ".join(invoke(*args, "--verbose").output.split())
+    assert (
+        "Between nodes: InfiniBand NDR" in default and "usually carry (--interconnect to change)" in default
+    )
+
+
+@pytest.mark.parametrize("bad", ["nvlink9", "pcie4,nvlink4"])
+def test_a_bad_interconnect_exits_2_with_a_sentence(invoke, tmp_path, bad):
+    result = invoke("fit", "--model", "qwen2.5-0.5b", "--gpu", "H100", "--gpus", "8", "--interconnect", bad)
+    assert result.exit_code == 2 and "--interconnect" in result.output, result.output
+    assert "Traceback" not in result.output
