@@ -267,6 +267,7 @@ FLOWCHART_TOML = table(
 )
 
 NAMES = either(text(), listing(text(), at_least=1))  # a caveat's `when`: one value, or any of a list
+PROTOCOL = text(choices=("fair", "paper", "trainer"))  # kb/migrations.py PROTOCOLS: how evidence was measured
 CAVEATS_TOML = table(
     {
         "caveats": req(
@@ -283,7 +284,9 @@ CAVEATS_TOML = table(
                                 "optimizer": NAMES,
                                 "strategy": NAMES,
                                 "measure": NAMES,
+                                "protocol": either(PROTOCOL, listing(PROTOCOL, at_least=1)),
                                 "predicted": flag(),
+                                "single_run": flag(),
                                 "contended": flag(),
                                 "flagged": flag(),
                             }

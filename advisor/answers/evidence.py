@@ -253,6 +253,33 @@ class Stat:
 
 
 @dataclass(frozen=True)
+class RateTie:
+    """A configuration whose tuned rate beat the next rate tried by less than one run's spread of its held-out
+    loss: at the other rate its loss could be lower by up to `reach`, so a comparison it loses by less than that
+    rests on a choice the evidence cannot make. Gap and spread relative to its loss."""
+
+    name: str
+    rate: float
+    other: float
+    gap: float
+    spread: float
+
+    @property
+    def reach(self) -> float:
+        """How much lower (relative) the configuration's held-out loss could be at the other rate, at 95 %: the
+        tuning seed compared the two rates in two runs, each off by one spread, so their true difference lies
+        within 2·√2 spreads of the gap that favoured the chosen one."""
+        return 2 * math.sqrt(2) * self.spread - self.gap
+
+    @property
+    def text(self) -> str:
+        return (
+            f"{self.name}'s rate {self.rate:g} beat {self.other:g} by {self.gap:.2%} on the tuning seed, "
+            f"within one run's spread ({self.spread:.1%})"
+        )
+
+
+@dataclass(frozen=True)
 class Comparison:
     """A test of configuration a against b on one metric: paired by seed where they share seeds, else
     Welch's. `difference` is a - b (paired: the mean per-seed difference), `relative` that as % of b."""
@@ -432,26 +459,23 @@ class GroupEvidence:
                 )
         return out
 
-    def rate_tie(self, cell: Cell, metric: str) -> str | None:
+    def rate_tie(self, cell: Cell) -> RateTie | None:
         """Where --tune-lr chose the cell's rate by less than the noise of one run (the runner-up rate's
-        held-out loss within the cell's seed spread of the chosen one's): a sentence saying so; else None. A
-        comparison on `metric` that rests on that choice holds at one of two rates the evidence cannot tell
-        apart."""
-        stat = self.stat(cell, metric)
-        if stat is None or stat.spread is None:
+        held-out loss within the cell's seed spread of its held-out loss): which rates, by how much; else None.
+        The rate was chosen on held-out loss, so that is the unit of both the gap and the spread, whatever the
+        metric an answer ranks."""
+        stat = self.stat(cell, "loss") if self.measure("loss") == "eval_loss" else None
+        if stat is None or stat.spread is None or stat.mean == 0:
             return None
         tuned_with = self.rules.tuning_strategy(cell.strategy)
         lr, tried = rate_choice(self.conn, self.group, cell.optimizer, cell.strategy, tuned_with)
-        if lr is None or lr not in tried or len(tried) < 2:
+        if lr is None or lr not in tried or len(tried) < 2 or tried[lr] == 0:
             return None
         runner_up = min((r for r in tried if r != lr), key=lambda r: tried[r])
         gap = tried[runner_up] - tried[lr]
         if gap >= stat.spread:
             return None
-        return (
-            f"{cell.name}'s rate {lr:g} beat {runner_up:g} by {gap / abs(tried[lr]):.2%} on the tuning seed, "
-            f"within one run's spread ({stat.spread / abs(stat.mean):.1%})"
-        )
+        return RateTie(cell.name, lr, runner_up, gap / abs(tried[lr]), stat.spread / abs(stat.mean))
 
     def declared(self) -> dict[tuple[str, str], str]:
         """Configurations their own source calls unusable (rules: the divergence filter's `declared`): the rule

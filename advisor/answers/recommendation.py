@@ -17,8 +17,9 @@ from advisor.answers.evidence import (
 from advisor.answers.frontier import frontier_points
 from advisor.answers.pareto import FrontierPoint
 from advisor.answers.stats import holm, relative_difference, tost
+from advisor.answers.trend import trend
 from advisor.errors import RulesError
-from advisor.kb.reader import Cell, Group, group_settings, validation
+from advisor.kb.reader import Cell, Group, group_figures, group_settings, validation
 from advisor.rules import Metric, Rules, gib, load_rules
 
 
@@ -115,6 +116,12 @@ class Answer:
     model: dict | None = None  # the user's model: name, parameters, accelerator, the evidence model's size
     menu: dict | None = None  # the fine-tuning menu predicted for the user's model (menu_summary)
     safe_alternative: Entry | None = None  # when a seed of the pick failed: the best with every seed ok
+    ranking: list[tuple[str, str]] = field(default_factory=list)  # every ranked configuration, the pick first
+    trend: dict | None = None  # the pick's lead across the sizes of its evidence's source (transfer.Trend)
+    quality_unknown: dict | None = None  # a cost metric's pick with no loss figure (_unknown_quality)
+    other_rows: list[dict] = field(
+        default_factory=list
+    )  # a table's best row besides the one ranked (other_rows)
 
     def as_dict(self, rules: Rules | None = None) -> dict:
         """What `advisor recommend --json` prints (`rules`: the rules the answer was made with; default the
@@ -158,6 +165,9 @@ class Answer:
                 for g in self.other_groups
             ],
             "disagreements": self.disagreements,
+            "trend": self.trend,
+            "quality_unknown": self.quality_unknown,
+            "other_rows": self.other_rows,
         }
 
 
@@ -196,6 +206,9 @@ def recommend(
         if metric in transfer.METRICS:
             found = transfer.transfers(conn, rules, metrics=(metric,))
             answer.scale_note["transfer"] = transfer.summary_line(found, metric)
+    if answer.recommendation is not None and not predicted and answer.group is not None:
+        found = trend(conn, rules, answer.group, metric, answer.ranking, evidence)
+        answer.trend = found.as_dict(asked and asked.n_params) if found else None
     if constraints.fit is not None:
         answer.model = model_summary(constraints.fit, answer.group)
         answer.menu = menu_summary(constraints.menu, metric) if constraints.menu is not None else None
@@ -449,6 +462,8 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     ranked = _rank(ev, metric, candidates)
     if ranked:
         _rank_answer(ev, metric, ranked, answer)
+        answer.quality_unknown = _unknown_quality(ev, metric, [c for c, _ in ranked])
+        answer.other_rows = other_rows(ev, answer)
     else:
         answer.why_none = _why_none(ev, metric, answer)
     x = "time" if metric.name == "loss" else metric.name
@@ -460,9 +475,51 @@ def rank_group(ev: GroupEvidence, metric: Metric, constraints: Constraints, othe
     return answer
 
 
+OTHER_ROW = (
+    "_best_other_row"  # a published figure's measure + this: its table's best row besides the chosen one
+)
+
+
+def other_rows(ev: GroupEvidence, answer: Answer) -> list[dict]:
+    """For the pick and each runner-up shown, the best other row of the table its figure was read from, where
+    the source stores one (Wen et al.: each ablation table's lowest loss below the authors' chosen setting):
+    what a reader of the table sees beside the figure ranked."""
+    if not answer.measure:
+        return []
+    found = group_figures(ev.conn, ev.group, answer.measure + OTHER_ROW)
+    shown = [e for e in (answer.recommendation, *answer.alternatives) if e is not None]
+    return [
+        {"optimizer": e.optimizer, "strategy": e.strategy, "ranked": e.value, "value": v, "where": where}
+        for e in shown
+        if (row := found.get((e.optimizer, e.strategy))) is not None
+        for v, where in [row]
+    ]
+
+
+def _unknown_quality(ev: GroupEvidence, metric: Metric, ranked: list[Cell]) -> dict | None:
+    """Where a pick on a cost (time, memory, throughput) has no loss figure in its evidence, the pick's
+    quality is unknown: said, with the best configuration on the metric whose loss is known and usable (the
+    seed paper's NanoVLM gives no loss for SGD, its fastest). None for a quality metric or a pick with a loss."""
+    quality = ev.rules.flowchart["filters"]["divergence"]["applies_to"]
+    pick = ranked[0]
+    if metric.name in quality or ev.measure("loss") is None or ev.stat(pick, "loss") is not None:
+        return None
+    bad = ev.unusable("loss")
+    known = next((c for c in ranked if ev.stat(c, "loss") is not None and c.key not in bad), None)
+    text = f"{pick.name} has no loss figure in this evidence: how well it trains is unknown."
+    if known is None:
+        return {"text": text + " No configuration ranked here has a usable one.", "best_known": None}
+    value, loss = ev.value(known, metric.name), ev.value(known, "loss")
+    shown = f"{value:.4g} {metric.unit or ''}".strip()
+    text += f" The best on {metric.name} whose loss is known: {known.name} ({shown}, loss {loss:.4g})."
+    best = {"optimizer": known.optimizer, "strategy": known.strategy, "value": value, "loss": loss}
+    return {"text": text, "best_known": best}
+
+
 def _rank_answer(ev: GroupEvidence, metric: Metric, ranked: list[tuple[Cell, Stat]], answer: Answer) -> None:
     """The pick, its runners-up and ties: every other candidate tested against the pick, Holm-adjusted."""
     best_cell, best_stat = ranked[0]
+    answer.ranking = [c.key for c, _ in ranked]
     tests = _tests_against_best(ev, metric, ranked)
     entries = [
         _entry(ev, c, metric, s, tied=tied, test=t)
@@ -553,7 +610,7 @@ def reading(
     comparison Holm's correction separates is never read equivalent: 'different', with `within_margin` where
     the difference is real but inside the margin (memory's exact 0.2 %). A measure with no spread over seeds
     (memory) is compared exactly, without a t-test; one run per configuration says nothing about the spread,
-    so it stays undecided unless the values are equal."""
+    so it stays undecided whatever the values: equivalence needs an interval."""
     relative = equivalence_margin(rules, metric)
     margin = relative * abs(versus.mean)
     out = dict(margin=margin, margin_relative=relative, interval90=None, seeds_needed=None, exact=False)
@@ -563,8 +620,8 @@ def reading(
         out["exact"] = exact
         if exact:  # inside the margin: practically no difference
             out["reading"] = "equivalent" if diff < margin else "different"
-        else:  # one run each: no spread to tell a difference from noise, whatever the ranking separated
-            out["reading"] = "equivalent" if diff == 0 else "undecided"
+        else:  # one run each: no spread to tell a difference from noise, nor an interval to show equivalence,
+            out["reading"] = "undecided"  # whatever the values (two that round alike are not equivalent)
         return out
     eq = tost(cmp.test, margin, different=separated or holm_separated, comparisons=comparisons)
     out |= dict(interval90=list(eq.interval), seeds_needed=eq.seeds_needed, exact=cmp.test.se == 0)
@@ -576,16 +633,21 @@ def reading(
     return out
 
 
-def _unless_at_both_rates(ev: GroupEvidence, metric: Metric, test: dict, *cells: Cell) -> None:
-    """A quality difference read 'different' is 'undecided' where a side's tuned rate won by less than the
-    noise: it holds at one of two rates the evidence cannot tell apart (`rate_tie` says which and by how much;
-    measuring that side at its runner-up rate with seeds decides it)."""
+def _unless_at_both_rates(ev: GroupEvidence, metric: Metric, test: dict, best: Cell, cell: Cell) -> None:
+    """A quality difference read 'different' is 'undecided' where the losing configuration's tuned rate won by
+    less than the noise and its held-out loss trails the pick's by less than the other rate could gain
+    (RateTie.reach): the order holds at one of two rates the evidence cannot tell apart (`rate_tie` says which
+    and by how much; measuring it at its runner-up rate with seeds decides it). Farther behind than that, no
+    choice between the two rates closes the difference, and the pick's own rate cannot undo its lead (it was
+    measured at the rate it has): the difference stands."""
     quality = ev.rules.flowchart["filters"]["divergence"]["applies_to"]  # the metrics a rate's choice moves
     if test.get("reading") != "different" or metric.name not in quality:
         return
-    ties = [t for c in cells if (t := ev.rate_tie(c, metric.name))]
-    if ties:
-        test["reading"], test["rate_tie"] = "undecided", "; ".join(ties)
+    tie, (ahead, behind) = ev.rate_tie(cell), (ev.stat(best, "loss"), ev.stat(cell, "loss"))
+    if tie is None or ahead is None or behind is None or behind.mean == 0:
+        return
+    if (behind.mean - ahead.mean) / abs(behind.mean) < tie.reach:
+        test["reading"], test["rate_tie"] = "undecided", tie.text
 
 
 def _tie_break_test(ev: GroupEvidence, metric: Metric, best: Cell, cell: Cell, alpha: float) -> dict | None:
@@ -895,12 +957,14 @@ def matching_caveats(
     measure: str | None = None,
 ) -> list[str]:
     """The caveats of rules/caveats.toml whose every `when` key matches this answer (the measure ranked too:
-    a caveat about the evidence's host RAM never follows an answer ranked by prediction)."""
+    a caveat about the evidence's host RAM never follows an answer ranked by prediction; the source exactly,
+    so one paper's caveats never follow another's figures)."""
     context = {
         "measure": measure,
         "predicted": measure in MEASURES_PREDICTED,
         "contended": contended,
-        "source": group.kind,
+        "protocol": group.protocol,
+        "single_run": group.n_seeds == 1,
         "family": group.family,
         "metric": metric,
         "preset": group.preset,
@@ -908,9 +972,13 @@ def matching_caveats(
         "strategy": pick.strategy if pick else None,
         "flagged": bool(pick and pick.flag),
     }
+    sources = {group.source, group.kind}  # a caveat names a source exactly, or every source of a kind
     out = []
     for caveat in rules.caveats:
-        when = caveat.get("when", {})
+        when = dict(caveat.get("when", {}))
+        named = when.pop("source", None)
+        if named is not None and not sources & set(named if isinstance(named, list) else [named]):
+            continue
         if all(context.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
             out.append(caveat["text"])
     return out

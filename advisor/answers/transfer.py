@@ -12,11 +12,11 @@ import sqlite3
 from dataclasses import dataclass
 
 from advisor.answers.evidence import GroupEvidence, params_text
-from advisor.kb.reader import Group, evidence_groups, group_values
+from advisor.answers.trend import scale_chains
+from advisor.kb.reader import Group, group_values
 from advisor.rules import Rules
 
-METRICS = ("loss", "time", "memory")
-TUNING_SOURCES = ("measured:tuning",)  # the metrics a grid at two scales ranks alike
+METRICS = ("loss", "time", "memory")  # the metrics a grid at two scales is compared on
 RESAMPLES = 2000  # bootstrap resamples of the seeds (percentile interval)
 CONFIDENCE = 0.95
 
@@ -73,25 +73,13 @@ class Transfer:
 
 
 def scale_pairs(conn: sqlite3.Connection, family: str | None = None) -> list[tuple[Group, Group]]:
-    """Groups that differ only in scale (same family, source, hardware, protocol and data; a stated parameter
-    count each), smaller first, each with the next size up: measured grids with seeds, and published tables
-    (one run per configuration) as the scale points they are."""
-    never = TUNING_SOURCES  # runs that chose rates (a run per rate, not per seed) are not evidence
-    by_kind: dict[tuple, list[Group]] = {}
-    for g in evidence_groups(conn, family=family):
-        if (  # the reference grid's scales; a particular model's group (preset custom: a base, fine-tuned) is none
-            g.n_params
-            and (g.n_seeds > 1 or g.kind == "paper")
-            and not g.own
-            and g.source not in never
-            and g.preset != "custom"
-        ):
-            by_kind.setdefault((g.family, g.source, g.hardware, g.protocol, g.data), []).append(g)
-    pairs = []
-    for groups in by_kind.values():
-        ordered = sorted(groups, key=lambda g: g.n_params)
-        pairs += [(a, b) for a, b in zip(ordered, ordered[1:], strict=False) if a.n_params < b.n_params]
-    return pairs
+    """Each group of a scale chain with the next size up."""
+    return [
+        (a, b)
+        for chain in scale_chains(conn, family)
+        for a, b in zip(chain, chain[1:], strict=False)
+        if a.n_params < b.n_params
+    ]
 
 
 def transfers(

@@ -234,17 +234,27 @@ def transfer(arch, db, as_json):
     larger size (1: the same order, 0: unrelated, -1: reversed), its 95 % bootstrap interval over seeds, and
     whether the pick stayed the pick. It says how far a ranking measured on small models can be trusted
     for a larger one: evidence groups that differ only in scale (`make reference` measures the CPU grid at
-    presets tiny and small).
+    presets tiny and small; a paper's table at several sizes). Under it, per source and metric, the pick at
+    the largest size and its lead over the runner-up at every size: the trend `advisor recommend` states
+    beside an answer from any of them.
 
     \b
     Examples:
         advisor transfer
         advisor transfer --arch decoder --json
     """
-    from advisor.answers.transfer import transfers  # only this command reads it
+    from advisor.answers.transfer import METRICS, transfers  # only this command reads it
+    from advisor.answers.trend import trends
 
-    found = transfers(reading_kb(db, None), load_rules(), arch)
+    conn, rules = reading_kb(db, None), load_rules()
+    found, leads = transfers(conn, rules, arch), trends(conn, rules, arch, METRICS)
     if as_json:
-        echo_json({"family": arch, "transfers": [t.as_dict() for t in found]})
+        echo_json(
+            {
+                "family": arch,
+                "transfers": [t.as_dict() for t in found],
+                "trends": [t.as_dict() for t in leads],
+            }
+        )
     else:
-        show(lambda views: views.transfer_view(found, arch))
+        show(lambda views: views.transfer_view(found, arch, leads))

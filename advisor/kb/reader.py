@@ -336,6 +336,21 @@ def group_values(conn: sqlite3.Connection, group: Group, measure: str) -> dict[t
     return out
 
 
+def group_figures(
+    conn: sqlite3.Connection, group: Group, measure: str
+) -> dict[tuple[str, str], tuple[float, str]]:
+    """Each configuration's stored figure of one measure with the note that says where it comes from (a
+    published table's row): one run per configuration, as a paper's group holds; the first where several."""
+    out: dict[tuple[str, str], tuple[float, str]] = {}
+    for opt, strat, value, note in conn.execute(
+        "SELECT r.optimizer, r.strategy, m.value, m.note FROM runs r JOIN metrics m ON m.run_id = r.id "
+        "WHERE r.grp = ? AND r.status = 'ok' AND m.name = ? ORDER BY r.optimizer, r.strategy, r.id",
+        [_group_id(conn, group), measure],
+    ):
+        out.setdefault((opt, strat), (value, note or ""))
+    return out
+
+
 def group_span(conn: sqlite3.Connection, group: Group) -> dict:
     """What a group's runs ran on and when: a device, the most host and accelerator memory, the first start,
     the last finish and a software column (as stored): the provenance a report shows."""

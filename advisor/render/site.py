@@ -172,7 +172,7 @@ def site_context(
         script=SCRIPT,
         summary=summary(paths),
         flowchart=Figure("flowchart", "Recommendation flowchart", charts.spec(flow)),
-        tree=flowchart_tree(paths),
+        tree=flowchart_tree(paths, {f["name"]: f["group"] for f in families}),
         badges=kinds,
         mixed_evidence=mixed_evidence(kinds),
         families=[f for f in families if f["group"]],
@@ -217,11 +217,12 @@ def mixed_evidence(badges: dict[str, str]) -> str | None:
     )
 
 
-def flowchart_tree(paths: list[BestPath]) -> dict[str, list[dict]]:
-    """family -> its paths as {metric, optimizer, strategy, value, how}: the tree in words."""
+def flowchart_tree(paths: list[BestPath], main: dict[str, Group | None]) -> dict[str, list[dict]]:
+    """family -> its paths as {metric, optimizer, strategy, value, how, evidence}: the tree in words; a path
+    answered by another group than its family's `main` one (the badge beside the family) names it."""
     tree: dict[str, list[dict]] = {}
     for p in paths:
-        pick = p.pick
+        pick, group = p.pick, p.answer.group if p.answer else None
         tree.setdefault(p.family, []).append(
             dict(
                 metric=p.metric,
@@ -229,6 +230,7 @@ def flowchart_tree(paths: list[BestPath]) -> dict[str, list[dict]]:
                 strategy=pick.strategy if pick else None,
                 value=fmt(pick.value, pick.unit) if pick else None,
                 how=charts.separation_text(pick, p.answer.tie_break) if pick else charts.why_none(p),
+                evidence=group.label if group is not None and group != main.get(p.family) else None,
             )
         )
     return tree

@@ -36,15 +36,17 @@ def fmt_p(p: float) -> str:
 
 
 def test_brief(e: Entry) -> str:
-    """'≈ p=0.21' (tied), 'p=0.003' (separated), the Holm-adjusted p against the pick; 'no test' without one."""
+    """'≈ undecided, p=0.21, +1.2 %' (tied), 'p=0.003, +8 %' (separated): the Holm-adjusted p against the pick
+    and the difference from it; 'no test' without one."""
     t = e.test
     if not t:
         return ""
+    diff = f", {_percent(t['relative'])}" if t.get("relative") is not None else ""
     if e.tied:
-        return f"≈ {reading_text(t)}" + ("" if t["kind"] is None else f", {fmt_p(t['p_holm'])}")
+        return f"≈ {reading_text(t)}" + ("" if t["kind"] is None else f", {fmt_p(t['p_holm'])}") + diff
     if t["kind"] is None:
-        return "exact" if t.get("exact") else "no test"  # predictions: their difference is exact
-    return fmt_p(t["p_holm"])
+        return ("exact" if t.get("exact") else "no test") + diff  # predictions: their difference is exact
+    return fmt_p(t["p_holm"]) + diff
 
 
 def reading_text(t: dict) -> str:
@@ -58,7 +60,7 @@ def reading_text(t: dict) -> str:
     if t.get("reading") == "undecided":
         n = t.get("seeds_needed")
         if n is None:
-            return "undecided (one run each: no spread to judge)"
+            return "undecided (one run each: no test)"
         return (
             "undecided (more than 1000 seeds would decide)"
             if n > 1000
@@ -124,6 +126,8 @@ def answer_view(answer: Answer, rules: Rules, verbose: bool = False) -> Renderab
     parts: list[RenderableType] = [_headline(answer, rules)]
     if answer.alternatives:
         parts.append(_entries_table("Runners-up", answer.alternatives, show_tie=True))
+    if answer.other_rows:
+        parts.append(_other_rows(answer))
     if answer.excluded:
         parts.append(_excluded_table(answer.excluded))
     if answer.holes:
@@ -145,6 +149,20 @@ def answer_view(answer: Answer, rules: Rules, verbose: bool = False) -> Renderab
     if answer.other_groups:
         parts.append(_other_evidence(answer))
     return RGroup(*parts)
+
+
+def _other_rows(answer: Answer) -> Text:
+    """The source's own tables beside the rows ranked: each figure's best other row, and where it is."""
+    out = Text(
+        "Other rows of the source's tables (the row ranked is the authors' chosen setting)", style="bold"
+    )
+    for r in answer.other_rows:
+        unit = answer.recommendation.unit if answer.recommendation else ""
+        out.append(
+            f"\n• {r['optimizer']} + {r['strategy']}: {fmt(r['value'], unit)} beside the {fmt(r['ranked'], unit)} ranked"
+        )
+        out.append(f" ({r['where']})", style="dim")
+    return out
 
 
 def _mixed(answer: Answer) -> str:
@@ -246,6 +264,8 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
                 else "\nNo other candidate has every seed ok.",
                 style="bold",
             )
+        if answer.quality_unknown:
+            body.append(f"\n{answer.quality_unknown['text']}", style="bold yellow")
         if pick.test and (pick.test["kind"] or pick.seeds > 1):  # single runs: said on the first line
             body.append(f"\n{test_line(pick.test)}", style="dim")
         if pick.tied:
@@ -273,6 +293,8 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
         )
         if answer.scale_note.get("transfer"):
             body.append(f"\n{answer.scale_note['transfer']}", style="cyan")
+    if answer.trend:
+        body.append(f"\n{answer.trend['text']}", style="cyan")
     m = answer.model
     if m:
         where = m["accelerator"] or f"a {gib(m['memory_gb']):.4g} GiB budget"
@@ -309,16 +331,58 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
 
 
 def _tie_how(answer: Answer, rules: Rules) -> str:
-    """Why the pick is tied: no significant difference after Holm's correction, and/or equal means."""
+    """Why the pick is tied, each reason as it is: a test that did not separate them after Holm's correction,
+    a separation that rests on a learning rate chosen within the noise (rate_tie), means within the tie
+    tolerance, or no test; with how far the tied configurations are from the pick."""
     tests = [e.test for e in answer.tied_with if e.test]
     alpha = rules.flowchart["ranking"]["alpha"]
+    rate = [t for t in tests if t.get("rate_tie")]
+    tested = [t for t in tests if t["kind"] and not t["within_tolerance"] and t not in rate]
+    within = [t for t in tests if t["within_tolerance"] and t not in rate]
+    untested = [t for t in tests if not t["kind"] and t not in rate + within]
     how = []
-    if any(t["kind"] and not t["within_tolerance"] for t in tests):
-        how.append(f"not significantly different at α = {alpha:g}, Holm-adjusted")
-    if any(t["within_tolerance"] for t in tests):
-        notes = sorted({t["note"] for t in tests if t["within_tolerance"] and t["note"]})
-        how.append("within the tie tolerance" + (f"; {', '.join(notes)}" if notes else ""))
-    return "; ".join(how)
+    if rate:
+        others = f" (and {len(rate) - 1} more)" if len(rate) > 1 else ""
+        how.append(
+            f"{_count(rate)}separated by the test{_p_range(rate)}, but at one of two learning rates its tuning "
+            f"could not tell apart: {rate[0]['rate_tie']}{others}"
+        )
+    if tested:
+        how.append(
+            f"{_count(tested)}not significantly different at α = {alpha:g}, Holm-adjusted{_p_range(tested)}"
+        )
+    if within:
+        notes = sorted({t["note"] for t in within if t["note"]})
+        how.append(f"{_count(within)}within the tie tolerance" + (f"; {', '.join(notes)}" if notes else ""))
+    if untested:
+        how.append(f"{_count(untested)}{untested[0]['note']}")
+    return "; ".join(how) + _differences(tests)
+
+
+def _count(tests: list[dict]) -> str:
+    return f"{len(tests)} " if len(tests) > 1 else ""
+
+
+def _p_range(tests: list[dict]) -> str:
+    """', Holm p 0.014–0.016': the adjusted p-values of these comparisons."""
+    ps = sorted(t["p_holm"] for t in tests if t.get("p_holm") is not None)
+    if not ps:
+        return ""
+    return f", Holm p {ps[0]:.2g}" + (f"–{ps[-1]:.2g}" if f"{ps[-1]:.2g}" != f"{ps[0]:.2g}" else "")
+
+
+def _differences(tests: list[dict]) -> str:
+    """'; +1.5 % to +65 % from the pick': how far the tied configurations' means are from the pick's."""
+    rel = sorted(t["relative"] for t in tests if t.get("relative") is not None)
+    if not rel:
+        return ""
+    span = _percent(rel[0]) + (f" to {_percent(rel[-1])}" if _percent(rel[-1]) != _percent(rel[0]) else "")
+    return f"; {span} from the pick"
+
+
+def _percent(relative: float) -> str:
+    """'+0.38 %', '+6.5 %', '+730 %': two significant figures, never an exponent."""
+    return f"{relative:+.0f} %" if abs(relative) >= 10 else f"{relative:+.2g} %"
 
 
 def tie_readings(tests: list[dict]) -> str:
@@ -431,32 +495,25 @@ def axis_label(metric: Metric) -> str:
 
 
 def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
-    """Family → metric → optimizer → strategy, as the paper's Figure 1, with the counts under it."""
+    """Family → evidence → metric → optimizer → strategy, as the paper's Figure 1, with the counts under it.
+    Each path sits under the evidence group that answered it: a family whose metrics are answered by several
+    groups (Wen et al.'s loss, the seed paper's time) gets a header for each."""
     tree = Tree("[bold]Recommendation flowchart[/bold]")
-    by_family: dict[str, Tree] = {}
+    by_family: dict[str, list[BestPath]] = {}
     for p in paths:
-        node = by_family.get(p.family)
-        if node is None:
-            label = f"[bold]{p.family}[/bold]"
-            if p.answer and p.answer.group:
-                label += f"  [dim]{p.answer.group.label}[/dim]"
-            node = by_family[p.family] = tree.add(label)
-        pick = p.pick
-        if pick:
-            flag = f"  [bold red]⚠ {pick.flag}[/bold red]" if pick.flag else ""
-            node.add(
-                f"{p.metric} → [green]{pick.optimizer}[/green] → [cyan]{pick.strategy}[/cyan]  "
-                f"[dim]{fmt(pick.value, pick.unit)}[/dim]{_separation(pick, p.answer.tie_break)}{flag}"
-            )
-        else:
-            why = (
-                "no evidence"
-                if not p.answer
-                else "no figure"
-                if p.answer.measure is None
-                else "nothing qualifies"
-            )
-            node.add(f"{p.metric} → [red]{why}[/red]")
+        by_family.setdefault(p.family, []).append(p)
+    for family, own in by_family.items():
+        groups: dict[str | None, list[BestPath]] = {}
+        for p in own:
+            groups.setdefault(p.answer.group.label if p.answer and p.answer.group else None, []).append(p)
+        labelled = [g for g in groups if g is not None]
+        node = tree.add(
+            f"[bold]{family}[/bold]" + (f"  [dim]{labelled[0]}[/dim]" if len(labelled) == 1 else "")
+        )
+        for label, under in groups.items():
+            parent = node if label is None or len(labelled) == 1 else node.add(f"[dim]{label}[/dim]")
+            for p in under:
+                parent.add(_path_line(p))
     counts = Text(
         f"\n{summary['answered']} of {summary['paths']} paths answered, {summary['tied']} of them tied "
         f"({summary['tied_equivalent']} equivalent, {summary['tied_undecided']} undecided).  "
@@ -465,6 +522,19 @@ def flowchart_view(paths: list[BestPath], summary: dict) -> RenderableType:
     counts.append(_counts(summary["optimizers"], summary["optimizers_tied"]))
     counts.append(".  Strategies: " + _counts(summary["strategies"], summary["strategies_tied"]))
     return RGroup(tree, counts)
+
+
+def _path_line(p: BestPath) -> str:
+    """One flowchart path: 'loss → adam → accumulation  0.06 (tied, ...)', or why it has no pick."""
+    pick = p.pick
+    if pick:
+        flag = f"  [bold red]⚠ {pick.flag}[/bold red]" if pick.flag else ""
+        return (
+            f"{p.metric} → [green]{pick.optimizer}[/green] → [cyan]{pick.strategy}[/cyan]  "
+            f"[dim]{fmt(pick.value, pick.unit)}[/dim]{_separation(pick, p.answer.tie_break)}{flag}"
+        )
+    why = "no evidence" if not p.answer else "no figure" if p.answer.measure is None else "nothing qualifies"
+    return f"{p.metric} → [red]{why}[/red]"
 
 
 def _separation(pick: Entry, tie_break: str | None) -> str:
@@ -584,9 +654,9 @@ def claims_view(verdicts) -> RenderableType:
     return RGroup(table, Text(f"{counts}. Evidence: " + "; ".join(groups), style="dim"))
 
 
-def transfer_view(found: list, family: str | None) -> RenderableType:
-    """advisor transfer: one row per family × metric measured at two scales."""
-    if not found:
+def transfer_view(found: list, family: str | None, trends: list = ()) -> RenderableType:
+    """advisor transfer: one row per family × metric measured at two scales, then each source's trends."""
+    if not found and not trends:
         where = f" of the {family} family" if family else ""
         return Text(
             f"No evidence{where} measured at two scales: `make reference` measures the CPU grid at presets tiny "
@@ -612,4 +682,7 @@ def transfer_view(found: list, family: str | None) -> RenderableType:
         "bootstrap: with 3 seeds it is narrower than the truth); one that spans 0 means the smaller grid's order "
         "says nothing measurable about the larger one's."
     )
-    return RGroup(table, Text(note, style="dim"))
+    leads = Text("\nLeads across sizes (the pick at the largest size against its runner-up at every size)")
+    for t in trends:
+        leads.append(f"\n• {t.family}: {t.text()}")
+    return RGroup(table, Text(note, style="dim"), *([leads] if trends else []))

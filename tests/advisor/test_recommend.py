@@ -90,8 +90,8 @@ def test_ties_are_reported(invoke):
     text = invoke("recommend", "--arch", "vlm", "--optimize", "loss", "--verbose").output
     flat = " ".join(text.translate(str.maketrans("│╭╮╰╯", "     ")).split())
     assert "within the tie tolerance; no test: one run per configuration" in flat
-    assert "marked ≈: 1 equivalent within ±1 %" in flat  # one run each, equal values: equal, not undecided
-    assert "≈ equivalent" in text  # one run each and equal values: no test, and nothing between them
+    assert "marked ≈: 1 undecided" in flat  # one run each: no interval, never equivalent
+    assert "≈ undecided (one run each: no test)" in flat  # equal values, one run each: nothing to test
     vit = answer(invoke, "--arch", "vision", "--optimize", "time")
     assert vit["recommendation"]["tied"] and vit["tie_break"] == "loss"  # 31.74 vs 31.77 s: loss 0.07 vs 0.28
 
