@@ -120,18 +120,18 @@ reference-tiny: setup
 	$(REF) --preset tiny --db $(REF_TINY_DB)
 
 reference-export: setup
-	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/inputs/measured-cpu-small.json
-	$(BIN)/advisor kb export --source measured:tuning --db $(REF_DB) -o kb/inputs/measured-cpu-small-tuning.json
-	$(BIN)/advisor kb export --source measured --db $(REF_TINY_DB) -o kb/inputs/measured-cpu-tiny.json
-	$(BIN)/advisor kb export --source measured:tuning --db $(REF_TINY_DB) -o kb/inputs/measured-cpu-tiny-tuning.json
+	$(BIN)/advisor kb export --source measured --db $(REF_DB) -o kb/inputs/measured-cpu-small.json --force
+	$(BIN)/advisor kb export --source measured:tuning --db $(REF_DB) -o kb/inputs/measured-cpu-small-tuning.json --force
+	$(BIN)/advisor kb export --source measured --db $(REF_TINY_DB) -o kb/inputs/measured-cpu-tiny.json --force
+	$(BIN)/advisor kb export --source measured:tuning --db $(REF_TINY_DB) -o kb/inputs/measured-cpu-tiny-tuning.json --force
 	test ! -f $(REF_LORA_DB) || { \
-		$(BIN)/advisor kb export --source measured --db $(REF_LORA_DB) -o $(LORA_INPUTS).json && \
-		$(BIN)/advisor kb export --source measured:tuning --db $(REF_LORA_DB) -o $(LORA_INPUTS)-tuning.json; }
+		$(BIN)/advisor kb export --source measured --db $(REF_LORA_DB) -o $(LORA_INPUTS).json --force && \
+		$(BIN)/advisor kb export --source measured:tuning --db $(REF_LORA_DB) -o $(LORA_INPUTS)-tuning.json --force; }
 	$(BIN)/advisor kb build --shipped
 
 # The reproduction report: the paper's claims against the reference measurements.
 claims: setup
-	$(BIN)/advisor claims --source measured --db kb/results.sqlite --markdown docs/claims.md
+	$(BIN)/advisor claims --source measured --db kb/results.sqlite --markdown docs/claims.md --force
 
 bench: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/recommend_latency.py --out bench/results/recommend-latency-cpu.json

@@ -15,11 +15,15 @@ answers advisor.NoEvidence.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
-from dataclasses import dataclass, fields, replace
+import types
+import typing
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import partial
 from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
@@ -28,7 +32,14 @@ from advisor.kb.reader import group_id_of, open_for_reading
 from advisor.model_ref import ResolvedModel, reference_models, resolve_model
 from advisor.prediction.accelerators import GB_PER_GIB
 from advisor.prediction.accelerators import resolve as resolve_accelerator
-from advisor.prediction.question import FitRequest, installed, mixed_dtype, question
+from advisor.prediction.question import (
+    FitRequest,
+    check_number,
+    check_numbers,
+    installed,
+    mixed_dtype,
+    question,
+)
 from advisor.rules import Accelerator, FamilyRecord, Rules, load_rules
 
 if TYPE_CHECKING:
@@ -43,7 +54,7 @@ MEASURE_SIDE = ("torch", "transformers", "datasets", "psutil")
 def open_kb(db: PathLike | None = None) -> sqlite3.Connection:
     """A read-only connection to the KB answers come from: `db` alone, else $ADVISOR_DB, else the shipped KB
     read together with the user's (`advisor kb path`)."""
-    return open_for_reading(db)
+    return open_for_reading(_path(db, "--db"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +93,7 @@ class RecommendRequest:
     hardware: str | None = option(
         None, "Only evidence measured on this hardware (as `advisor kb stats` names it)."
     )
-    group: str | None = option(
+    group: str | int | None = option(
         None,
         "Answer from this evidence group: its id as `advisor kb stats` or 'Other evidence' lists it ('11'; 'u3' "
         "for a group of your own KB).",
@@ -123,6 +134,9 @@ def recommend(
 
     given = {"arch": arch, "optimize": optimize}  # positionally, as advisor.recommend("encoder", "loss")
     request = recommend_request(request, {**keywords, **{k: v for k, v in given.items() if v is not None}})
+    db = _path(db, "--db")
+    if conn is not None and not isinstance(conn, sqlite3.Connection):
+        raise InputError(f"conn must be a connection of advisor.open_kb(), not {_shown(conn)}.")
     rules = load_rules()
     resolved, family = _checked(request, rules)
     fitted, menu_answer = _predicted(request, resolved, rules)
@@ -159,7 +173,7 @@ def recommend_request(request: RecommendRequest | None, keywords: dict) -> Recom
     fit_keywords = {k: v for k, v in keywords.items() if k in menu and k not in mine}
     if "dtype" in fit_keywords and fit_keywords["dtype"] is None:
         fit_keywords["dtype"] = ()  # the accelerator's menu, as advisor.fit reads None too
-    return replace(request, fit=replace(base, **fit_keywords), **own)
+    return _typed(replace(request, fit=replace(base, **fit_keywords), **own))
 
 
 def _given(request, kind: type, who: str):
@@ -187,6 +201,9 @@ def _checked(request: RecommendRequest, rules: Rules) -> tuple[ResolvedModel | N
     _check_names(
         rules, request.optimize, (*request.optimizers, *request.exclude_optimizers), request.strategies
     )
+    check_numbers(request.fit)  # --memory excludes measured configurations with a model or without one
+    if request.max_time is not None and request.max_time < 0:
+        raise InputError(f"--max-time must be 0 seconds or more (got {request.max_time!r}).", "--max-time")
     _group_row(request.group)
     _mine(request.evidence)
     resolved = _model(request.model, rules) if request.model is not None else None
@@ -281,7 +298,8 @@ def fit(
     from advisor.prediction.answer import usable_gb
     from advisor.prediction.cache import open_cache
 
-    request = replace(_given(request, FitRequest, "advisor.fit"), **options)
+    request = _typed(replace(_given(request, FitRequest, "advisor.fit"), **options))
+    db = _path(db, "--db")
     resolved = _model(model, rules)
     q = question(resolved, request, rules)
     cache = open_cache(db)
@@ -387,21 +405,45 @@ def plan(*models: str | ResolvedModel, request=None, gpu: str | None = None, wor
     """`advisor measure --plan` in Python: what the grid would cost, nothing trained (a `Plan`: each cell's
     predicted time and memory on `gpu`, None: this machine, and the makespan on each number of `workers`;
     `.as_dict()`), asked as `measure` is. Needs torch for a shape not timed before."""
+    if gpu is not None and not isinstance(gpu, str):
+        raise InputError(f"--gpu must be an accelerator's name (a str), not {_shown(gpu)}.", "--gpu")
+    workers = _workers(workers)
     require_measure_side()
     asked = _measure_request(models, request, options)
-    return asked.price(load_rules(), gpu, tuple(workers))
+    return asked.price(load_rules(), gpu, workers)
+
+
+def _workers(workers) -> tuple[int, ...]:
+    """plan's numbers of workers, as --workers takes them: whole numbers of at least 1 (one, or several)."""
+    counts = (workers,) if isinstance(workers, int) else workers
+    if not isinstance(counts, tuple | list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts
+    ):
+        raise InputError(
+            f"--workers must be whole numbers of at least 1 (a tuple of them), not {_shown(workers)}.",
+            "--workers",
+        )
+    return tuple(counts)
 
 
 def _measure_request(models: tuple, request, options: dict):
     """The MeasureRequest of `measure` and `plan`: the one given, or one built from models and options."""
-    from advisor.measuring.request import request as build  # numpy and psutil: not on the answers' path
+    from advisor.measuring.request import MeasureRequest  # numpy and psutil: not on the answers' path
+    from advisor.measuring.request import request as build
 
     if request is not None:
         if models or options:
             raise InputError("pass a MeasureRequest or models and options, not both.")
-        return request
+        return _typed(_given(request, MeasureRequest, "advisor.measure"))
+    for name in MEASURE_SHARED:  # the shape and memory options measure shares with fit, held to fit's ranges
+        check_number(name, options.get(name))
     rules = load_rules()
-    return build(tuple(m for name in models for m in _models(name, rules)), **options)
+    return _typed(build(tuple(m for name in models for m in _models(name, rules)), **options))
+
+
+# the options of `advisor measure` whose ranges are FitRequest's (advisor/cli/params.py shape_options and
+# accelerator_options declare both commands' at once)
+MEASURE_SHARED = ("memory", "batch_size", "seq_len", "image_size", "accumulation_steps")
 
 
 def pretrain(
@@ -416,9 +458,8 @@ def pretrain(
     """`advisor pretrain` in Python: a reference model trained here into a base for fine-tuning (LoRA against
     full), saved at `out` (default: the data folder's bases/<model>-<preset>); returns its advisor-base.json
     record, with `path`."""
-    from pathlib import Path
-
     rules = load_rules()
+    out = _path(out, "--out")
     resolved = _model(model, rules)
     if not resolved.reference:
         raise InputError(
@@ -508,8 +549,17 @@ def _mine(evidence: str) -> bool:
     return evidence == "mine"
 
 
-def _model(name: str | ResolvedModel, rules: Rules) -> ResolvedModel:
-    return name if isinstance(name, ResolvedModel) else resolve_model(name, rules)
+def _model(name: str | os.PathLike | ResolvedModel, rules: Rules) -> ResolvedModel:
+    """A model as the API takes it: resolved already, or a name, folder or Hugging Face id (a str or a path)."""
+    if isinstance(name, ResolvedModel):
+        return name
+    name = os.fspath(name) if isinstance(name, os.PathLike) else name
+    if not isinstance(name, str):
+        raise InputError(
+            f"--model must be a model's name, folder or Hugging Face id (a str or a path), not {_shown(name)}.",
+            "--model",
+        )
+    return resolve_model(name, rules)
 
 
 def _models(name: str | ResolvedModel, rules: Rules) -> list[ResolvedModel]:
@@ -538,6 +588,88 @@ def _check_names(rules: Rules, metric: str, optimizers: tuple, strategies: tuple
             raise InputError(
                 f"unknown strategy {name!r}. Choose from: {', '.join(rules.strategies)}.", "--strategy"
             )
+
+
+# --- each field of a request as its annotation says, as the command line's types make it --------------------
+
+FLAGS = {
+    "adapters": "--adapter",
+    "shardings": "--sharding",
+    "optimizers": "--optimizer",
+    "exclude_optimizers": "--exclude-optimizer",
+    "strategies": "--strategy",
+}  # the option of a field whose flag is not its name with dashes
+
+
+def _typed(request):
+    """`request` (a request dataclass: RecommendRequest, FitRequest, MeasureRequest, RunConfig) with every field
+    holding what its annotation says, as the command line's types make them: a str where a name belongs (a
+    path taken as its str), a whole number (not a bool) where a count does, a finite number where a number does,
+    a tuple of names (one name, or a list, taken as one); a request inside it checked so too. InputError naming
+    the option otherwise."""
+    hints = typing.get_type_hints(type(request))
+    fixed = {}
+    for f in fields(request):
+        value, hint = getattr(request, f.name), hints[f.name]
+        if isinstance(value, os.PathLike) and not _fits(value, hint) and _fits(os.fspath(value), hint):
+            value = fixed[f.name] = os.fspath(value)  # a folder (--model, --data) given as a Path
+        if isinstance(value, str | list) and _is_tuple(hint) and not _fits(value, hint):
+            value = fixed[f.name] = (value,) if isinstance(value, str) else tuple(value)
+        if not _fits(value, hint):
+            flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            raise InputError(f"{flag} must be {_described(hint)}, not {_shown(value)}.", flag)
+        if is_dataclass(value) and not isinstance(value, type) and not isinstance(value, ResolvedModel):
+            fixed[f.name] = _typed(value)
+    return replace(request, **fixed) if fixed else request
+
+
+def _fits(value, hint) -> bool:
+    """Whether `value` is of the annotation `hint` (a bool is no number; a float finite; a str a path)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in typing.get_args(hint))
+    if _is_tuple(hint):
+        return isinstance(value, tuple) and all(_fits(v, typing.get_args(hint)[0]) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is Path:
+        return isinstance(value, str | os.PathLike)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _is_tuple(hint) -> bool:
+    """tuple[X, ...], or a union holding one."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_is_tuple(arm) for arm in typing.get_args(hint))
+    return typing.get_origin(hint) is tuple
+
+
+WORDS = {str: "a str", int: "a whole number", float: "a finite number", bool: "True or False", Path: "a path"}
+
+
+def _described(hint) -> str:
+    """An annotation in words: 'a finite number or None', 'a str or a tuple of str'."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_described(arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    if _is_tuple(hint):
+        return f"a tuple of {_described(typing.get_args(hint)[0]).removeprefix('a ')}"
+    return WORDS.get(hint) or f"a {getattr(hint, '__name__', hint)}"
+
+
+def _shown(value) -> str:
+    """A wrong value as a sentence quotes it: short, its type named."""
+    text, kind = repr(value), type(value).__name__
+    return f"{text[:60]}{'…' if len(text) > 60 else ''} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
+
+
+def _path(value, flag: str):
+    """A path the caller names (a str or an os.PathLike), or None; InputError naming the option otherwise."""
+    if value is None or isinstance(value, str | os.PathLike):
+        return value
+    raise InputError(f"{flag} must be a path (a str or an os.PathLike), not {_shown(value)}.", flag)
 
 
 __all__ = ["FitRequest", "RecommendRequest", "fit", "measure", "open_kb", "plan", "recommend", "traced_fits"]

@@ -1,5 +1,6 @@
-"""Files advisor writes and reads back, done safely: a file written in one step (the pages, `claims
---markdown`, the caches), a file read only if it is a plain one of bounded size, and text that is slow to make
+"""Files advisor writes and reads back, done safely: an output FILE the user names refused where writing
+it would lose something (`output_problem`), a file written in one step (the pages, `claims --markdown`, the
+caches), a file read only if it is a plain one of bounded size, and text that is slow to make
 (the report's chart script) kept in a cache folder, checked when read. Standard library only, at the base of
 the layers: the KB's remembered checks and the pages share it."""
 
@@ -32,6 +33,79 @@ def replace_file(path: Path, data: bytes) -> None:
         if made:
             temp.unlink(missing_ok=True)
         raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+# The first bytes of what SQLite writes: a database, its write-ahead log (either byte order), its rollback journal
+SQLITE_MAGIC = (
+    b"SQLite format 3\x00",
+    b"\x37\x7f\x06\x82",
+    b"\x37\x7f\x06\x83",
+    b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7",
+)
+SQLITE_SIDES = ("", "-wal", "-shm", "-journal")  # a KB's file and those SQLite keeps beside it
+
+
+def output_problem(path: Path, force: bool, kept: dict[Path, str], replaces_kb: bool = False) -> str | None:
+    """Why a command may not write its output FILE at `path`, in a sentence that says what to do, else None:
+    one of the KBs in `kept` (path -> what it is) or a file SQLite keeps beside one, named or reached through
+    a link; an SQLite database or journal, which an output never replaces, not even with `force` (unless the
+    output is itself a KB: `replaces_kb`); anything else already there, a link or a pipe too, without `force`.
+    Asked before any work; the file is then written by replace_file (a link replaced, never followed)."""
+    for kb, what in kept.items():
+        if _is_kb(path, kb):
+            return f"{path} is {what}, never an output: name a new file."
+    if not replaces_kb and _sqlite_header(path):
+        return (
+            f"{path} is an SQLite database (a knowledge base?), which an output never replaces, not even "
+            "with --force: name a new file."
+        )
+    if not force and os.path.lexists(path):
+        return f"{path} already exists: pass --force to replace it, or name a new file."
+    return None
+
+
+def _is_kb(path: Path, kb: Path) -> bool:
+    """Whether `path` names the KB `kb` or a file SQLite keeps beside it (its folders' links resolved), or
+    leads to one of them through a link."""
+    named = _named(path)
+    return any(
+        (named is not None and named == _named(other)) or _same_file(path, other)
+        for other in (kb.with_name(f"{kb.name}{side}") for side in SQLITE_SIDES)
+    )
+
+
+def _named(path: Path) -> Path | None:
+    """`path` with the links of its folders resolved (not its own: a link is named by its name), or None."""
+    try:
+        return path.parent.resolve() / path.name
+    except (OSError, RuntimeError):  # a loop of links, a folder we may not look into
+        return None
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    """Whether both names lead to one file (links followed); False where either is missing or unreadable."""
+    try:
+        return os.path.samefile(path, other)
+    except (OSError, ValueError):
+        return False
+
+
+def _sqlite_header(path: Path) -> bool:
+    """Whether the plain file at `path` (a link followed: what it leads to is kept too) starts as SQLite's
+    files do; a pipe or a device is never opened to block, nor read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 16)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return any(head.startswith(magic) for magic in SQLITE_MAGIC)
 
 
 def _keep_mode(path: Path, fd: int) -> None:

@@ -17,7 +17,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from advisor.errors import ModelNotResolved, UnsupportedModel
-from advisor.model_config import parse
+from advisor.model_config import MOST_CONFIG_BYTES, parse, printable
 from advisor.places import shipped_models_dir, user_rules_dir
 from advisor.rules import FamilyRecord, Rules
 
@@ -152,6 +152,11 @@ def resolve_model(name: str, rules: Rules) -> ResolvedModel:
     """A reference model name ('vit'), a local folder with config.json, a shipped published model
     ('llama-3.1-8b'), an HF id in the local cache or, online, on the Hub; its family from model_type
     (rules/families.toml), else from the end of its class name (`architectures`)."""
+    if printable(name) != name:
+        raise ModelNotResolved(
+            f"cannot resolve model '{printable(name)}': its name holds control characters (shown escaped), "
+            "which no model name holds and which would reach your terminal: rename the folder."
+        )
     if name.lower() in rules.reference_models():
         return reference_model(name.lower(), rules)
     shipped = shipped_model(name)
@@ -209,12 +214,27 @@ def _family_by_class(config: dict, rules: Rules) -> FamilyRecord | None:
 
 def read_config(path: Path) -> dict:
     """A config.json as a dict, its numbers and depth checked (advisor.model_config), or ModelNotResolved
-    with a sentence: unreadable, not UTF-8, not JSON, not an object, a bad size naming its key."""
+    with a sentence: unreadable, larger than MOST_CONFIG_BYTES (refused before it is read, and never read
+    past it), not UTF-8, not JSON, not an object, a bad size naming its key."""
     try:
-        data = Path(path).read_bytes()
+        size = Path(path).stat().st_size
+        if size > MOST_CONFIG_BYTES:
+            raise _too_large(path, size)
+        with open(path, "rb") as f:
+            data = f.read(MOST_CONFIG_BYTES + 1)  # a file that grew since
     except OSError as e:
         raise ModelNotResolved(f"cannot read {path}: {e.strerror or e}.") from e
+    if len(data) > MOST_CONFIG_BYTES:
+        raise _too_large(path, len(data))
     return parse(data, path)
+
+
+def _too_large(path: Path, size: int) -> ModelNotResolved:
+    return ModelNotResolved(
+        f"{path} is {size / (1 << 20):,.1f} MiB, larger than the {MOST_CONFIG_BYTES >> 20} MiB a model config may "
+        "be (as a config.json from the Hub may be; published ones are tens of kB), so it was not read: pass the "
+        "model's own config.json."
+    )
 
 
 def config_path_of(name: str) -> Path | None:

@@ -110,18 +110,55 @@ def write(name: str, content: bytes):
 GOOD_ROWS = [f"Document {i}: the cat sat on the mat." for i in range(30)]
 
 
-def card_folder(root: Path, data_files: str) -> Path:
-    """A text folder whose dataset card points its data_files at `data_files` (the corpus beside it kept)."""
-    outside = root / "outside.jsonl"
-    outside.write_text("".join(json.dumps({"text": f"secret row {i}"}) + "\n" for i in range(40)))
+def rows(path: Path, n: int, words: str = "row") -> Path:
+    """A JSONL file of n texts."""
+    path.write_text("".join(json.dumps({"text": f"{words} {i}"}) + "\n" for i in range(n)))
+    return path
+
+
+def card_folder(root: Path, data_files: str, before: bytes = b"", field: str = "data_files") -> Path:
+    """A text folder whose dataset card points its data_files (or `field`) at `data_files`, the card's first
+    bytes `before` its `---` (the corpus beside it kept); outside it, outside.jsonl and secret/ of 200 rows."""
+    outside = rows(root / "outside.jsonl", 200, "secret row")
+    (root / "secret").mkdir()
+    rows(root / "secret" / "rows.jsonl", 200, "secret row")
     folder = root / "corpus"
     folder.mkdir()
-    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(40)))
+    rows(folder / "train.jsonl", 40)
     pattern = data_files.format(outside=outside)
-    (folder / "README.md").write_text(
-        f"---\nconfigs:\n- config_name: default\n  data_files: {pattern}\n---\n"
+    card = f"---\nconfigs:\n- config_name: default\n  {field}: {pattern}\n---\n"
+    (folder / "README.md").write_bytes(before + card.encode())
+    return folder
+
+
+def card_yaml_folder(root: Path) -> Path:
+    """A text folder whose .huggingface.yaml (the card's YAML beside README.md) reads up and out."""
+    folder = card_folder(root, "train.jsonl")
+    (folder / ".huggingface.yaml").write_text(
+        "configs:\n- config_name: default\n  data_files: ../outside.jsonl\n"
     )
     return folder
+
+
+def linked_dir_folder(root: Path, card: str) -> Path:
+    """A text folder holding `sub`, a link to the folder secret/ beside it, that its card reads through."""
+    folder = card_folder(root, card.partition(": ")[2], field=card.partition(": ")[0])
+    (folder / "sub").symlink_to(root / "secret", target_is_directory=True)
+    return folder
+
+
+def saved_folder(root: Path) -> Path:
+    """A save_to_disk folder whose state.json names an Arrow file of another saved dataset beside it."""
+    import datasets
+
+    datasets.Dataset.from_dict({"text": [f"secret row {i}" for i in range(200)]}).save_to_disk(
+        root / "secret"
+    )
+    datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(40)]}).save_to_disk(root / "corpus")
+    state = json.loads((root / "corpus" / "state.json").read_text())
+    state["_data_files"] = [{"filename": "../secret/data-00000-of-00001.arrow"}]
+    (root / "corpus" / "state.json").write_text(json.dumps(state))
+    return root / "corpus"
 
 
 def linked_folder(root: Path) -> Path:
@@ -151,8 +188,54 @@ CASES = {
     ),
     "a card reading a split outside": (
         "llama",
-        lambda t: card_folder(t, "\n    train: ../outside.jsonl"),
+        lambda t: card_folder(t, "\n  - split: train\n    path: ../outside.jsonl"),
         "outside the folder",
+    ),
+    # issue 48: a card datasets reads though ours did not, a data_dir, and the other path fields datasets honours
+    "a card after a blank line": (
+        "llama",
+        lambda t: card_folder(t, "../outside.jsonl", before=b"\n"),
+        "corpus/README.md's config 'default' points its data_files at '../outside.jsonl', outside the folder",
+    ),
+    "a card after a space": (
+        "llama",
+        lambda t: card_folder(t, "../outside.jsonl", before=b" "),
+        "corpus/README.md's config 'default' points its data_files at '../outside.jsonl', outside the folder",
+    ),
+    "a card after a BOM": (
+        "llama",
+        lambda t: card_folder(t, "../outside.jsonl", before=b"\xef\xbb\xbf"),
+        "corpus/README.md's config 'default' points its data_files at '../outside.jsonl', outside the folder",
+    ),
+    "a card's data_dir up and out": (
+        "llama",
+        lambda t: card_folder(t, "../secret", field="data_dir"),
+        "corpus/README.md's config 'default' points its data_dir at '../secret', outside the folder",
+    ),
+    "a card's data_dir through a link": (
+        "llama",
+        lambda t: linked_dir_folder(t, "data_dir: sub"),
+        "points its data_dir at 'sub', which links outside the folder",
+    ),
+    "a card's data_files through a linked folder": (
+        "llama",
+        lambda t: linked_dir_folder(t, "data_files: sub/*.jsonl"),
+        "points its data_files at 'sub/*.jsonl', which links outside the folder",
+    ),
+    "a .huggingface.yaml reading up and out": (
+        "llama",
+        card_yaml_folder,
+        "corpus/.huggingface.yaml's config 'default' points its data_files at '../outside.jsonl'",
+    ),
+    "a save_to_disk state reading up and out": (
+        "llama",
+        saved_folder,
+        "corpus/state.json points its _data_files at '../secret/data-00000-of-00001.arrow', outside the folder",
+    ),
+    "a card datasets cannot read": (
+        "llama",
+        lambda t: card_folder(t, "\n    train: ../outside.jsonl"),
+        "corpus/README.md is not a dataset card datasets can read (ValueError: Expected data_files in YAML",
     ),
     "a file linked from outside": ("llama", linked_folder, "links to a file outside the folder"),
     "not an image": (
@@ -275,3 +358,33 @@ def test_hostile_data_is_refused_before_any_cell(invoke, tmp_path, kb_path, case
 
 def test_the_catalogue_holds_sixteen_kinds_of_hostile_data():
     assert len(CASES) >= 16
+
+
+def test_the_identity_changes_with_every_file_a_card_reads(tmp_path):
+    """Issue 48: the data's identity hashes what datasets reads by name, hidden files too (a .huggingface.yaml,
+    a hidden data file the card names), so that a change to any of them is a different dataset."""
+    from advisor.measuring.training.dataset import resolve
+
+    folder = card_folder(tmp_path, "\n  - train.jsonl\n  - .extra/rows.jsonl")
+    (folder / ".extra").mkdir()
+    rows(folder / ".extra" / "rows.jsonl", 40, "extra row")
+    seen = [resolve(str(folder)).identity]
+    rows(folder / ".extra" / "rows.jsonl", 40, "changed row")
+    seen.append(resolve(str(folder)).identity)
+    (folder / ".huggingface.yaml").write_text("pretty_name: corpus\n")
+    seen.append(resolve(str(folder)).identity)
+    assert len(set(seen)) == 3, seen
+
+
+def test_a_folder_that_reads_no_hidden_file_keeps_its_identity(tmp_path):
+    """Runs already measured on a folder keep their data identity (a re-run skips them): its files' relative
+    paths and bytes, in name order, as before."""
+    import hashlib
+
+    from advisor.measuring.training.dataset import resolve
+
+    folder = card_folder(tmp_path, "train.jsonl")
+    digest = hashlib.sha256()
+    for name in ("README.md", "train.jsonl"):
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    assert resolve(str(folder)).identity == f"corpus sha256:{digest.hexdigest()[:12]}"

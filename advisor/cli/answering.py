@@ -22,15 +22,17 @@ from advisor.cli.params import (
     domain_errors,
     echo_json,
     evidence_options,
+    force_option,
     json_option,
     menu_options,
     method_options,
     model_option,
     names_option,
+    output_file,
     reading_kb,
     source_option,
 )
-from advisor.cli.reporting import picture_option, write_pictures
+from advisor.cli.reporting import check_pictures, picture_option, write_pictures
 from advisor.fields import help_of
 from advisor.rules import load_rules
 
@@ -112,10 +114,13 @@ def recommend(db, as_json, verbose, **options):
     (".png",),
     f"Also write the plot as a {FRONTIER_PIXELS} px PNG image, for a paper or a slide.",
 )
+@force_option(
+    "Replace a file already at --html's or --png's name (a link there by the file, never written through)."
+)
 @db_option
 @json_option
 @domain_errors
-def frontier(arch, x, y, source, html, png, db, as_json):
+def frontier(arch, x, y, source, html, png, force, db, as_json):
     """The exact Pareto frontier of two metrics over every usable configuration.
 
     Diverged and failed runs are left out (drawn greyed in --html/--png pictures, with the reason). Points
@@ -127,10 +132,12 @@ def frontier(arch, x, y, source, html, png, db, as_json):
         advisor frontier --arch vision
         advisor frontier --arch decoder --x memory --y loss --json
         advisor frontier --arch vision --source measured --png frontier.png --html frontier.html
+        advisor frontier --arch vision --png frontier.png --force     # replace an earlier picture
     """
     rules = load_rules()
     if x == y:
         raise click.BadParameter("--x and --y must be different metrics.", param_hint="'--x'")
+    check_pictures(force, html, png)
     result = frontier_of(reading_kb(db, source), arch, x, y, rules, source)
     if not result.points and (html or png or not as_json):
         raise click.ClickException(
@@ -153,10 +160,11 @@ def frontier(arch, x, y, source, html, png, db, as_json):
     "Also write the flowchart as an interactive page: a grid of family × metric, each cell the pick "
     "(hover it for the test and the evidence); self-contained, it opens offline.",
 )
+@force_option("Replace a file already at --html's name (a link there by the file, never written through).")
 @db_option
 @json_option
 @domain_errors
-def flowchart(source, html, db, as_json):
+def flowchart(source, html, force, db, as_json):
     """The recommendation tree: family → metric → optimizer → strategy, like the paper's Figure 1.
 
     --html needs the plots extra: pip install 'advisor[plots]'.
@@ -167,6 +175,7 @@ def flowchart(source, html, db, as_json):
         advisor flowchart --source paper --json
         advisor flowchart --source measured --html flowchart.html
     """
+    check_pictures(force, html)
     rules = load_rules()
     paths = walk(reading_kb(db, source), rules, source=source)
     if html and not any(p.answer for p in paths):
@@ -187,12 +196,16 @@ def flowchart(source, html, db, as_json):
     "--markdown",
     "markdown_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the report as Markdown to this file.",
+    help="Also write the report as Markdown to this file: a new file, or with --force one to replace (never a "
+    "KB or any SQLite file).",
+)
+@force_option(
+    "Replace a file already at --markdown's name (a link there by the file, never written through)."
 )
 @db_option
 @json_option
 @domain_errors
-def claims(source, markdown_path, db, as_json):
+def claims(source, markdown_path, force, db, as_json):
     """Re-check the paper's claims against the evidence: holds, does not hold, not enough evidence, or not
     comparable (the evidence was measured under another protocol than the claim was made under).
 
@@ -201,8 +214,9 @@ def claims(source, markdown_path, db, as_json):
     \b
     Examples:
         advisor claims --source paper
-        advisor claims --source measured --markdown docs/claims.md
+        advisor claims --source measured --markdown docs/claims.md --force
     """
+    output_file(markdown_path, force, "--markdown")
     from advisor.answers.claims import check_all, markdown  # not on the path of the other answers
     from advisor.files import (
         replace_file,  # only --markdown writes a file: the short answer loads only what it uses

@@ -126,3 +126,5 @@ def fit_command(
         click.echo(code_of(answer, shown))
     else:
         console().print(fit_view(answer, show_all, verbose), crop=False)  # code lines copy whole
+    if answer.not_cached:  # the answer stands; the next run of the question traces again
+        click.echo(f"Not cached, so the next run traces again: {answer.not_cached}", err=True)

@@ -16,14 +16,17 @@ from advisor.cli.params import (
     db_option,
     domain_errors,
     echo_json,
+    force_option,
     json_option,
+    output_file,
     reading_kb,
     source_option,
     write_db_option,
 )
 from advisor.errors import KBError
+from advisor.files import replace_file
 from advisor.kb import reader
-from advisor.kb.build import build_kb, import_file, merge_kbs
+from advisor.kb.build import build_kb, check_target, import_file, merge_kbs
 from advisor.kb.export import runs_csv, runs_json
 from advisor.kb.store import open_for_writing, release, whole_before_migrating
 from advisor.render.views import runs_view, stats_view
@@ -89,11 +92,13 @@ def runs(family, source, status, limit, db, as_json):
     "-o",
     "--output",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write to this file instead of standard output.",
+    help="Write to this file instead of standard output: a new file, or with --force one to replace (never a "
+    "KB or any SQLite file).",
 )
+@force_option()
 @db_option
 @domain_errors
-def export(fmt, source, output, db):
+def export(fmt, source, output, force, db):
     """Export runs: JSON (every run with provenance, metrics and epochs; what `kb import` reads) or CSV.
 
     CSV has one row per run-level figure, in the columns of the paper's figures.csv plus provenance.
@@ -101,8 +106,10 @@ def export(fmt, source, output, db):
     \b
     Examples:
         advisor kb export --source measured -o my-runs.json
+        advisor kb export --source measured -o my-runs.json --force   # replace an earlier export
         advisor kb export --format csv > figures.csv
     """
+    output_file(output, force, "-o")
     conn = reading_kb(db, source)
     data = reader.export_runs(conn, source=source)
     # validations belong to hardware, not to a source: a whole-KB export carries them
@@ -110,7 +117,7 @@ def export(fmt, source, output, db):
         runs_csv(data) if fmt == "csv" else runs_json(data, [] if source else reader.export_validations(conn))
     )
     if output:
-        output.write_text(text)
+        replace_file(output, text.encode("utf-8"))  # in one step, a link at the name replaced: never followed
         click.echo(f"Wrote {len(data)} runs to {output}.", err=True)
     else:
         click.echo(text, nl=False)
@@ -152,13 +159,18 @@ def import_(file, setup, db):
     is_flag=True,
     help="Write the package's own kb/results.sqlite (what `make kb` does in a checkout).",
 )
+@force_option(
+    "Replace a KB an earlier `kb build -o` wrote at -o (never your own KB, the shipped one, or a file that is "
+    "no advisor KB)."
+)
 @domain_errors
-def build(output, shipped):
+def build(output, shipped, force):
     """Build a knowledge base from the versioned inputs in kb/inputs/ (atomically).
 
     \b
     Examples:
         advisor kb build -o /tmp/kb.sqlite
+        advisor kb build -o /tmp/kb.sqlite --force   # build it again
         advisor kb build --shipped      # refresh the package's kb/results.sqlite (a checkout's make kb)
     """
     if bool(output) == shipped:
@@ -166,6 +178,9 @@ def build(output, shipped):
             "say where to write: -o PATH, or --shipped for the package's own kb/results.sqlite."
         )
     out = _build_target(output) if output else places.shipped_kb_path()
+    if output:  # -o: what is no KB refused first (never replaced), then an earlier build without --force
+        check_target(out)
+        output_file(output, force, "-o", replaces_kb=True)
     counts = build_kb(out, load_rules())
     click.echo(f"Built {out}: " + ", ".join(f"{k} {v} runs" for k, v in counts.items()) + ".")
 

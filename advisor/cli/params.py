@@ -8,6 +8,7 @@ import errno
 import functools
 import json
 import math
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from advisor.kb import reader
 from advisor.kb.migrations import STATUSES
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
-from advisor.prediction.question import MAX_NODES, FitRequest
+from advisor.prediction.question import NUMBERS, WHOLE, FitRequest
 from advisor.prediction.step import (
     ADAPTERS,
     ATTENTIONS,
@@ -196,10 +197,22 @@ class FiniteFloat(click.FloatRange):
     """A float range that also refuses nan and infinity (click's FloatRange lets nan through)."""
 
     def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # before the range, whose bound inf would be said to pass
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
+
+
+def whole(name: str) -> click.IntRange:
+    """The click type of FitRequest's whole number `name`, from its range declared once (question.WHOLE)."""
+    _, least, most, _ = WHOLE[name]
+    return click.IntRange(min=least, max=most)
+
+
+def number(name: str) -> FiniteFloat:
+    """The click type of FitRequest's number `name`, from its range declared once (question.NUMBERS)."""
+    _, least, most, open_low, _ = NUMBERS[name]
+    return FiniteFloat(min=least, max=most, min_open=open_low)
 
 
 class Aliased(click.Option):
@@ -277,7 +290,7 @@ def accelerator_options(fn):
             "--max-memory",  # recommend's, and measure's --memory-cap, before one name meant one idea
             "--memory-cap",
             cls=Aliased,
-            type=FiniteFloat(min=0, min_open=True),
+            type=number("memory"),
             metavar="GiB",
         ),
     )(fn)
@@ -289,17 +302,15 @@ def shape_options(request: type):
     repeatable, an axis of the fine-tuning menu; measure's RunConfig: one dtype)."""
     menu = request is FitRequest
     options = [
-        declared_option(request, "batch_size", type=click.IntRange(min=1)),
-        declared_option(request, "seq_len", type=click.IntRange(min=4)),
-        declared_option(request, "image_size", type=click.IntRange(min=8), metavar="PX"),
+        declared_option(request, "batch_size", type=whole("batch_size")),
+        declared_option(request, "seq_len", type=whole("seq_len")),
+        declared_option(request, "image_size", type=whole("image_size"), metavar="PX"),
         declared_option(request, "dtype", type=click.Choice(DTYPES), multiple=menu),
-        declared_option(request, "accumulation_steps", type=click.IntRange(min=2)),
+        declared_option(request, "accumulation_steps", type=whole("accumulation_steps")),
     ]
     if menu:
         options.append(
-            declared_option(
-                request, "effective_batch", type=click.IntRange(min=1, max=1 << 20), metavar="SAMPLES"
-            )
+            declared_option(request, "effective_batch", type=whole("effective_batch"), metavar="SAMPLES")
         )
     return _compose(*options)
 
@@ -309,8 +320,8 @@ def menu_options(fn):
     where the optimizer lives (--offload), the ranks, and the attention kernel (FitRequest's fields)."""
     return _compose(
         declared_option(FitRequest, "adapters", "--adapter", type=click.Choice(ADAPTERS), multiple=True),
-        declared_option(FitRequest, "lora_r", type=click.IntRange(min=1)),
-        declared_option(FitRequest, "lora_alpha", type=click.IntRange(min=1)),
+        declared_option(FitRequest, "lora_r", type=whole("lora_r")),
+        declared_option(FitRequest, "lora_alpha", type=whole("lora_alpha")),
         declared_option(
             FitRequest,
             "lora_targets",
@@ -324,8 +335,8 @@ def menu_options(fn):
             callback=lambda ctx, param, value: int(value),
         ),
         declared_option(FitRequest, "offload", type=click.Choice(OFFLOADS), multiple=True),
-        declared_option(FitRequest, "gpus", type=click.IntRange(min=1)),
-        declared_option(FitRequest, "nodes", type=click.IntRange(min=1, max=MAX_NODES)),
+        declared_option(FitRequest, "gpus", type=whole("gpus")),
+        declared_option(FitRequest, "nodes", type=whole("nodes")),
         declared_option(FitRequest, "shardings", "--sharding", type=click.Choice(SHARDINGS), multiple=True),
         declared_option(FitRequest, "interconnect", metavar="LINKS"),
         declared_option(FitRequest, "attention", type=click.Choice(ATTENTIONS)),
@@ -338,9 +349,9 @@ def method_options(fn):
     return _compose(
         declared_option(FitRequest, "method", type=click.Choice(METHODS)),
         declared_option(FitRequest, "reference", type=click.Choice(REFERENCES)),
-        declared_option(FitRequest, "completion_len", type=click.IntRange(min=1), metavar="TOKENS"),
-        declared_option(FitRequest, "generations", type=click.IntRange(min=1), metavar="N"),
-        declared_option(FitRequest, "beta", type=FiniteFloat(min=0), metavar="KL"),
+        declared_option(FitRequest, "completion_len", type=whole("completion_len"), metavar="TOKENS"),
+        declared_option(FitRequest, "generations", type=whole("generations"), metavar="N"),
+        declared_option(FitRequest, "beta", type=number("beta"), metavar="KL"),
         declared_option(FitRequest, "generation", type=click.Choice(GENERATIONS)),
         declared_option(FitRequest, "loss", type=click.Choice(LOSSES)),
     )(fn)
@@ -390,6 +401,30 @@ def json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")(
         fn
     )
+
+
+FORCE_HELP = "Replace a file already at the output's name (a link there by the file, never written through)."
+
+
+def force_option(help: str = FORCE_HELP):
+    """--force of a command that writes a FILE the user names: without it, one already there is refused."""
+    return click.option("--force", is_flag=True, help=help)
+
+
+def output_file(path: Path | None, force: bool, option: str, replaces_kb: bool = False) -> None:
+    """Refuse, before any work, an output FILE whose writing would lose something (advisor.files.output_problem:
+    a KB advisor reads, any SQLite file, or a file already there without --force): a usage error, exit 2."""
+    if path is None:
+        return
+    from advisor.files import output_problem
+    from advisor.places import shipped_kb_path, user_kb_path
+
+    kept = {shipped_kb_path(): "the shipped KB, advisor's own data", user_kb_path(): "your own KB"}
+    if os.environ.get("ADVISOR_DB"):
+        kept[Path(os.environ["ADVISOR_DB"])] = "the KB $ADVISOR_DB names"
+    problem = output_problem(Path(path), force, kept, replaces_kb)
+    if problem:
+        raise InputError(problem, option)
 
 
 # --- the measurement side, and reading ------------------------------------------------------------------

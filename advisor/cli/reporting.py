@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor.cli.params import CONTEXT, db_option, domain_errors, reading_kb, source_option
+from advisor.cli.params import CONTEXT, db_option, domain_errors, output_file, reading_kb, source_option
 from advisor.errors import InputError
 from advisor.places import places
 from advisor.prediction.accelerators import resolve
@@ -50,14 +50,24 @@ def picture_option(flag: str, suffixes: tuple[str, ...], help: str):
         return value
 
     path = click.Path(dir_okay=False, path_type=Path)
-    help += " An existing FILE is replaced whole (a symbolic link by the file, never written through)."
+    help += (
+        " A FILE already there is replaced only with --force (a link by the file, never written through); a KB "
+        "or any SQLite file never."
+    )
     return click.option(flag, type=path, metavar="FILE", callback=check, help=help)
+
+
+def check_pictures(force: bool, html: Path | None = None, png: Path | None = None) -> None:
+    """Refuse, before any work, a picture FILE whose writing would lose something (params.output_file)."""
+    output_file(html, force, "--html")
+    output_file(png, force, "--png")
 
 
 def write_pictures(draw, html: Path | None = None, png: Path | None = None) -> None:
     """Draw the chart once (draw(charts) -> chart) and write it as interactive HTML and/or PNG. The files are
-    the ones the user named: one there is replaced, in one step, and a symbolic link there replaced by the
-    file rather than written through (charts.replace_file), so a link planted at the name reaches nothing."""
+    the ones the user named (check_pictures refused what they may not replace): one there is replaced, in one
+    step, and a symbolic link there replaced by the file rather than written through (charts.replace_file),
+    so a link planted at the name reaches nothing."""
     if not (html or png):
         return
     charts = charts_module()
@@ -91,7 +101,8 @@ def check_folder(out: Path) -> None:
 def check_own_folder(out: Path, force: bool) -> None:
     """Refuse, before any work, a folder that holds files a report did not write (unless --force: its
     index.html and vega.js would be replaced without a word), or a folder where either of them goes."""
-    from advisor.render.site import foreign_files, in_the_way  # Jinja2 and the charts: the plots extra
+    # Jinja2 and the charts: the plots extra
+    from advisor.render.site import INDEX, SCRIPT, foreign_files, in_the_way
 
     blocked = in_the_way(out)
     if blocked:
@@ -103,6 +114,8 @@ def check_own_folder(out: Path, force: bool) -> None:
             f"{out} holds files that advisor report did not write: choose a new or empty folder, or add "
             "--force to write index.html and vega.js among them."
         )
+    for name in (INDEX, SCRIPT):  # replaced with the folder's consent, but never a KB or any SQLite file
+        output_file(out / name, True, "--out")
 
 
 def kb_label(db, shown=str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import uuid
@@ -15,8 +16,9 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb import admission, lease, store
+from advisor.kb.identity import run_uid
 from advisor.kb.ingest import read_export, read_figures, read_file, read_setup
-from advisor.kb.reader import export_validations, iter_runs
+from advisor.kb.reader import export_validations, iter_runs, sources
 from advisor.kb.schema import (
     applied_migrations,
     columns,
@@ -25,7 +27,7 @@ from advisor.kb.schema import (
     corrupt_error,
     integrity_problems,
 )
-from advisor.places import shipped_inputs_dir
+from advisor.places import shipped_inputs_dir, shipped_kb_path
 from advisor.rules import Rules, load_rules
 
 
@@ -33,6 +35,7 @@ def import_file(db_path: Path, path: Path, rules: Rules, setup_path: Path | None
     """Import a figures CSV (with its setup.toml) or a runs JSON file into the KB at db_path, in one
     transaction. Returns (added, skipped as already stored)."""
     runs, validations = read_file(path, rules, setup_path)
+    Published.read().refuse(runs, f"{path}: ", "imported")
     with store.writing(db_path) as conn:
         return store.write_runs(conn, runs, validations)
 
@@ -158,9 +161,10 @@ def _refuse_bad_runs(sources, target: Path) -> None:
     """Read every source once, before the target is opened for writing: a run that breaks the rules
     refuses the merge (BadRuns, naming the first few), and the target is never touched. Runs the target
     holds alike are not read: they will not be written."""
-    rules, problems, total = load_rules(), [], 0
+    rules, problems, total, published = load_rules(), [], 0, Published.read()
     for path, src in sources:
         for batch in _source_batches(path, src, Merged(), held_alike(src, target)):
+            published.refuse(batch, f"{path}: ", "merged")
             for run in batch:  # as stored: a KB's protocol column is never a legacy file's settings
                 problem = admission.run_problem(run, rules)
                 if problem:
@@ -244,13 +248,73 @@ def _hashed(digest: str) -> str:
     return hashlib.blake2b(digest.encode(), digest_size=12).hexdigest()
 
 
+# The sources advisor's own writers give runs (`measure`, its tuning, the Trainer callback): anyone's to write
+OWN_SOURCES = ("measured", "measured:tuning", "trainer")
+DESCRIBED = ("family", "protocol", "settings", "data", "device", "status")  # what a run says it is, besides
+
+
+@dataclass
+class Published:
+    """The shipped KB's published sources (each of its sources but OWN_SOURCES: `paper:2608.08961`...) and
+    their runs, each as `_as_held` gives it. An import or a merge may bring a run under one of those names
+    only as the shipped KB holds it (a copy of the published evidence changes nothing); any other would put
+    words in a paper's mouth, read beside the paper's own runs."""
+
+    names: frozenset[str] = frozenset()
+    runs: dict[str, str] = field(default_factory=dict)  # uid -> the run as held
+
+    @classmethod
+    def read(cls) -> Published:
+        """The shipped KB's; none where it cannot be read (every command reading it says so)."""
+        try:
+            conn = connect_kb_readonly(shipped_kb_path())
+        except KBError:
+            return cls()
+        try:
+            names = frozenset(s for s in sources(conn) if s not in OWN_SOURCES)
+            runs = {_uid(r): _as_held(r) for name in names for batch in iter_runs(conn, name) for r in batch}
+        finally:
+            conn.close()
+        return cls(names, runs)
+
+    def refuse(self, runs: list[dict], where: str, done: str) -> None:
+        """KBError naming the first run that claims a published source without being one of its runs."""
+        claims = [run for run in runs if self.claims(run)]
+        if claims:
+            first, more = claims[0], f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
+            raise KBError(
+                f"{where}{admission.identity(first)}{more} is under {first['source']!r}, a source the shipped "
+                f"KB publishes, and is not one of its runs as published, so nothing was {done}: give your runs "
+                "a source of their own (e.g. import:yours)."
+            )
+
+    def claims(self, run: dict) -> bool:
+        """Whether `run` is under a published source and not one of its runs exactly as the shipped KB has it."""
+        if run.get("source") not in self.names:
+            return False
+        run = store.normalized(run)
+        return self.runs.get(_uid(run)) != _as_held(run)
+
+
+def _uid(run: dict) -> str:
+    """A run's identity as the store gives it: its own uid, else the hash of its provenance."""
+    return run.get("uid") or run_uid(run)
+
+
+def _as_held(run: dict) -> str:
+    """A run as one comparable value: its uid, its provenance (the uid's fields, rehashed: a copied uid over
+    other provenance differs), what it says it is, and its outcome."""
+    described = {k: str(run.get(k)) for k in DESCRIBED}
+    return json.dumps([_uid(run), run_uid(run), described, store.run_digest(run)], sort_keys=True)
+
+
 def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:
     """Build a KB from the versioned inputs (every sub-folder's setup.toml + figures, every *.json), into a
     temporary file beside the output, then move it in place: a build killed at any moment leaves the old
     KB whole. Temporary files of builds killed earlier are removed."""
     src = Path(src) if src else shipped_inputs_dir()
     out_path = Path(out_path)
-    _check_target(out_path)
+    check_target(out_path)
     _remove_stale_builds(out_path.parent)
     tmp = out_path.parent / f".build-{os.getpid()}-{uuid.uuid4().hex[:8]}.sqlite"
     counts = {}
@@ -288,7 +352,7 @@ def build_order(src: Path) -> list[Path]:
     return first + [p for p in found if p.name not in listed]
 
 
-def _check_target(out: Path) -> None:
+def check_target(out: Path) -> None:
     """kb build replaces an advisor KB or writes a new file; never a device, a folder or another file."""
     if not out.parent.is_dir():
         raise KBError(f"cannot write {out}: folder {out.parent} does not exist.")

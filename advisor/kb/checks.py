@@ -30,30 +30,105 @@ STILL_NS = 2_000_000_000
 MOST_WAL_BYTES = 64 << 20
 
 
-def file_version(path: Path) -> dict | None:
+def file_version(path: Path, opened: dict[str, str] | None = None) -> dict | None:
     """What identifies this version of a KB file, as the checks file keeps it: its resolved path; its
     device, inode, size, mtime and ctime (which no user call sets); its WAL's (where committed writes wait)
-    size and the digest of its content: its times can be set back and its ctime moves as SQLite opens it,
-    its bytes cannot be forged unseen; and the check (`checker`). None where it cannot be told: a stat that
-    fails, a file written in the last STILL_NS, or a WAL over MOST_WAL_BYTES."""
+    and a hot journal's size and the digest of their content: their times can be set back and the file's
+    ctime moves as SQLite opens it, their bytes cannot be forged unseen; and the check (`checker`). With
+    `opened` (the descriptors SQLite holds, `opened_since`), the file and WAL are read through them, so a name
+    swapped after the open cannot stand in for what SQLite reads, and the name must still lead to that file.
+    None where it cannot be told: a stat that fails, a name that now leads elsewhere, a file written in the
+    last STILL_NS, or a WAL over MOST_WAL_BYTES. The -shm is not keyed: every reader writes its read marks
+    into it (its bytes change on each read), and it is an index SQLite derives from the WAL, which is."""
     try:
         resolved = path.resolve()
-        main, wal = os.stat(resolved), _wal_content(Path(f"{resolved}-wal"))
+        named = os.stat(resolved)
+        main = os.stat(opened["main"]) if opened else named
+        wal = _wal_content(
+            Path(opened.get("wal") or f"{resolved}-wal") if opened else Path(f"{resolved}-wal")
+        )
+        journal = _wal_content(Path(f"{resolved}-journal"))
         check = checker()
-    except (OSError, RuntimeError, ValueError):  # RuntimeError: a loop of links; ValueError: a WAL too large
+    except (
+        OSError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+    ):  # RuntimeError: a loop of links; ValueError: too large
         return None
+    if (named.st_dev, named.st_ino) != (main.st_dev, main.st_ino):
+        return None  # the name leads to another file than the one SQLite opened: a swap, or a race
     if time.time_ns() - max(main.st_mtime_ns, main.st_ctime_ns) < STILL_NS:
         return None
-    return {
+    version = {
         "path": str(resolved),
         "file": [main.st_dev, main.st_ino, main.st_size, main.st_mtime_ns, main.st_ctime_ns],
         "wal": wal,
         "checker": check,
     }
+    return version | ({"journal": journal} if journal else {})
+
+
+def descriptors() -> dict[str, tuple[int, int]] | None:
+    """This process's open file descriptors and the file each holds (device, inode), from Linux's
+    /proc/self/fd; None where the system does not list them: there no pass is remembered (`opened_since`
+    gives None) and a user's KB is checked on every read. Numbers are reused, so a file is told by both."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    out = {}
+    for fd in names:
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        out[fd] = (st.st_dev, st.st_ino)
+    return out
+
+
+def opened_since(before: dict[str, tuple[int, int]] | None, path: Path) -> dict[str, str] | None:
+    """The KB file (and WAL) SQLite opened since `before` (descriptors()), as paths through this process's
+    descriptors: {'main': '/proc/self/fd/N', 'wal': ...}. None where they cannot be told: no listing, or not
+    exactly one file for the KB (a new descriptor, or the one this process already held, which SQLite reuses)."""
+    after = descriptors()
+    if before is None or after is None:
+        return None
+    found: dict[str, list[str]] = {}
+    for fd in sorted((fd for fd, held in after.items() if before.get(fd) != held), key=int):
+        link = f"/proc/self/fd/{fd}"
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        if not target.startswith(f"{path.resolve().parent}/"):
+            continue  # another file this process opened meanwhile
+        role = next((r for r in ("wal", "shm", "journal") if target.endswith(f"-{r}")), "main")
+        found.setdefault(role, []).append(link)
+    if "main" not in found:  # SQLite reuses a descriptor of a file this process already has open
+        found["main"] = _held(after, path.resolve())
+    if len(found.get("main", [])) != 1 or len(found.get("wal", [])) > 1:
+        return None
+    return {role: links[0] for role, links in found.items() if role in ("main", "wal")}
+
+
+def _held(held: dict[str, tuple[int, int]], path: Path) -> list[str]:
+    """The descriptors that hold the file at `path` (one, if they all hold the same file; else none: which
+    one SQLite reads cannot be told)."""
+    links = []
+    for fd in held:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                links.append(fd)
+        except OSError:
+            continue
+    files = {held[fd] for fd in links}
+    return [f"/proc/self/fd/{min(links, key=int)}"] if len(files) == 1 else []
 
 
 def _wal_content(path: Path) -> list | None:
-    """[size, sha256 of the bytes] of a KB's WAL, None where it has none; ValueError for one too large."""
+    """[size, sha256 of the bytes] of a KB's WAL (or journal), None where it has none; ValueError for one too
+    large."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

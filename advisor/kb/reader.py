@@ -813,8 +813,15 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
             f"{str(e).rstrip('.')}; it is your own KB, read beside the shipped one: move it aside "
             f"(mv {user_path} {user_path}.bad) and the shipped KB answers alone."
         ) from e
-    conn.execute("ATTACH DATABASE ? AS user", [f"{Path(user_path).resolve().as_uri()}?mode=ro"])
-    check_read(conn, Path(user_path), "user", full=True)
+    from advisor.kb import checks as remembered  # the file SQLite opens, told by its descriptors
+
+    resolved = Path(user_path).resolve()  # once: what is opened, checked and remembered is this file
+    before = remembered.descriptors()
+    conn.execute("ATTACH DATABASE ? AS user", [f"{resolved.as_uri()}?mode=ro"])
+    conn.execute(
+        "SELECT count(*) FROM user.sqlite_master"
+    ).fetchone()  # SQLite opens the file on a first read
+    check_read(conn, resolved, "user", full=True, opened=remembered.opened_since(before, resolved))
     tables = [
         r[0]
         for r in conn.execute(
@@ -833,7 +840,9 @@ def read_together(conn: sqlite3.Connection, user_path: Path) -> None:
         )
 
 
-def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> None:
+def check_read(
+    conn: sqlite3.Connection, path: Path, db: str, full: bool, opened: dict[str, str] | None = None
+) -> None:
     """Refuse a KB unless it is whole and keeps the rules: its schema exactly ours, its pages sound (SQLite's
     quick_check), its rows within advisor.kb.admission's rules. `full` (the user's KB read beside the
     shipped one, whose answers say "your KB"): every page and every row, once per version of the file (a
@@ -841,7 +850,8 @@ def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> Non
     whatever was remembered. Else (a KB read alone, --db, which may hold a million runs and must answer in a
     second): the summaries answers are computed from, and the pages of a file up to
     MAX_CHECKED_BYTES_ALONE. An answer is never computed over a KB known to be damaged or forged; `advisor
-    kb check` checks everything of any KB."""
+    kb check` checks everything of any KB. `opened`: the descriptors of the file SQLite opened
+    (advisor.kb.checks.opened_since), what a pass is keyed on; without them nothing is remembered."""
     try:
         check_schema(conn, path, db)
     except sqlite3.DatabaseError as e:
@@ -851,11 +861,11 @@ def check_read(conn: sqlite3.Connection, path: Path, db: str, full: bool) -> Non
         return
     from advisor.kb import checks as remembered  # only a user's KB is remembered (its hashing, its file)
 
-    version = remembered.file_version(path)
+    version = remembered.file_version(path, opened) if opened else None
     if version is not None and remembered.passed(version):
         return
     _check_pages_and_rows(conn, path, db, full)
-    if version is not None and remembered.file_version(path) == version:  # unchanged while it was checked
+    if version is not None and remembered.file_version(path, opened) == version:  # unchanged while checked
         remembered.remember_passed(version)
 
 

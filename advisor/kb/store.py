@@ -13,7 +13,11 @@ copy handed out or a read-only mount can be read without a `-shm` file.
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import json
+import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -60,14 +64,26 @@ def later(seconds: float) -> str:
 # --- opening and letting go ---------------------------------------------------------------------------
 
 
-def whole_before_migrating(path: Path) -> None:
-    """A KB `advisor kb migrate` may upgrade: not an empty file (which opening would make a new KB) and
-    not damaged (a migration written over a corrupt page spreads it): KBError with what to do otherwise."""
+def refuse_empty(path: Path) -> None:
+    """One rule for every writer (`kb migrate`, `calibrate`, `measure`, `kb import`, `fit`'s cache...): an
+    empty file is not a KB, and is never made one; KBError with what to do.
+
+    Refusing is the safer of the two rules (`calibrate` used to turn one into a KB, `kb migrate` to refuse
+    it): an empty file where a KB was named is a KB lost (truncated by a crash, a full disk, `> kb.sqlite`)
+    or another file than the user meant, and writing a new KB into it would hide both. advisor leaves none
+    of its own (`_create` makes a KB whole beside its name, then links it in), so this refuses no file of
+    advisor's, and what to do is one command."""
     if path.is_file() and path.stat().st_size == 0:
         raise KBError(
-            f"{path} is an empty file, not a knowledge base: nothing to migrate (advisor writes a new KB "
-            "where none is; remove the empty file, or pass the KB you meant)."
+            f"{path} is an empty file, not a knowledge base, and advisor makes a KB only where no file is: "
+            f"remove it (rm {path}) and run the command again, or pass --db with the KB you meant."
         )
+
+
+def whole_before_migrating(path: Path) -> None:
+    """A KB `advisor kb migrate` may upgrade: not an empty file (refuse_empty: the rule of every writer) and
+    not damaged (a migration written over a corrupt page spreads it): KBError with what to do otherwise."""
+    refuse_empty(path)
     check_readable(path)
     ro = connect_file_readonly(path)
     try:
@@ -88,22 +104,24 @@ def open_for_writing(path: str | Path) -> sqlite3.Connection:
     path = Path(path)
     if path.exists():
         check_readable(path)
-        if path.stat().st_size:
-            ro = connect_file_readonly(path)  # refuse before any pragma writes to it
-            try:
-                refuse_hostile(ro, path)  # a trigger would run as we write
-                refuse_newer(ro, path)
-                _refuse_foreign(ro, path)
-                if applied_migrations(ro) == KNOWN_MIGRATIONS:
-                    check_schema(ro, path)
-            finally:
-                ro.close()
+        refuse_empty(path)
+        ro = connect_file_readonly(path)  # refuse before any pragma writes to it
+        try:
+            refuse_hostile(ro, path)  # a trigger would run as we write
+            refuse_newer(ro, path)
+            _refuse_foreign(ro, path)
+            if applied_migrations(ro) == KNOWN_MIGRATIONS:
+                check_schema(ro, path)
+        finally:
+            ro.close()
     elif path.parent.exists() and not path.parent.is_dir():
         raise KBError(
             f"cannot create {path}: {path.parent} is a file, not a folder. Pass --db with a writable path."
         )
     elif not path.parent.exists():
         raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
+    else:
+        _create(path)
     try:
         conn = sqlite3.connect(
             path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
@@ -119,6 +137,66 @@ def open_for_writing(path: str | Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as e:
         raise corrupt_error(path, e) from e
     return conn
+
+
+def _create(path: Path) -> None:
+    """A new KB at `path`, made whole (every migration applied) in a temporary file beside it, then linked
+    into place: a process killed while creating it leaves no empty or schema-less file at `path`, which every
+    reader refuses, only a temporary file that the next creation removes. Two processes creating one KB at
+    once: the first link wins, and the other opens that KB."""
+    _remove_stale_creations(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{CREATING}")
+    try:
+        conn = sqlite3.connect(temp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA trusted_schema = OFF")
+            _migrate(conn)
+        finally:
+            conn.close()
+        _link_into_place(temp, path)
+    except sqlite3.OperationalError as e:
+        raise _write_error(path, e) from e
+    except OSError as e:
+        raise KBError(f"cannot create {path}: {e.strerror or e}. Pass --db with a writable path.") from e
+    finally:
+        for leftover in (temp, temp.with_name(f"{temp.name}-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+CREATING = ".creating"  # the suffix of a KB being made beside its name: .NAME.PID-RANDOM.creating
+
+
+def _link_into_place(temp: Path, path: Path) -> None:
+    """`temp` at `path` too, never over a file there (a KB another process made first is kept, and used).
+    Where the file system has no hard links, a rename once no file is there (the narrow race is theirs)."""
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if not path.exists():
+            os.replace(temp, path)
+
+
+def _remove_stale_creations(path: Path) -> None:
+    """Temporary files of KBs being created at `path` whose process no longer exists (killed mid-creation)."""
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{CREATING}*"):
+        pid = leftover.name[len(path.name) + 2 :].split("-")[0]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether a process with this id is running (one we may not signal counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:

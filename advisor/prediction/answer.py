@@ -78,6 +78,7 @@ class FitAnswer:
     speed_band: speed.Band | None = None  # the speed model's interval on held-out runs (None: not tested)
     band_note: str | None = None  # why a modelled step time has no band
     levers: list[Lever] = field(default_factory=list)  # when no AdamW-class one fits: what would
+    not_cached: str | None = None  # why what was traced now is not cached: a KB that cannot be written
 
     @property
     def fitting(self) -> list[Row]:
@@ -172,6 +173,7 @@ class FitAnswer:
             },
             "assumptions": self.assumptions,
             "cached": self.computed == 0,
+            "not_cached": self.not_cached,
         }
 
 
@@ -221,6 +223,7 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         use.modelled,
         speed.band(q.accelerator, use, rules),
         speed.unbanded(q.accelerator, use, rules),
+        not_cached=cache.unwritten if missing else None,
     )
 
 

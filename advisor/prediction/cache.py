@@ -107,10 +107,12 @@ def keys_of(q: Question, rules: Rules, soft: dict) -> dict[Config, str]:
 
 @dataclass
 class PredictionCache:
-    """Where predictions are read (`read`: the KB, when it exists and is usable) and stored (`path`)."""
+    """Where predictions are read (`read`: the KB, when it exists and is usable) and stored (`path`), and
+    why the last store failed (`unwritten`), if it did."""
 
     read: sqlite3.Connection | None
     path: Path | None
+    unwritten: str | None = field(default=None, init=False)  # set by put: never a positional argument
 
     def get(self, keys: list[str]) -> dict[str, dict]:
         """key -> payload of the predictions the KB holds."""
@@ -119,7 +121,8 @@ class PredictionCache:
         return prediction_payloads(self.read, keys)
 
     def put(self, q: Question, fresh: dict[Config, dict], keys: dict[Config, str], soft: dict) -> None:
-        """Store freshly traced payloads, one row per configuration."""
+        """Store freshly traced payloads, one row per configuration. A KB that cannot be written (a read-only
+        file or folder, a full disk) costs the caching, never the answer: why is kept in `unwritten`."""
         if self.path is None:
             return
         rows = [
@@ -149,8 +152,13 @@ class PredictionCache:
             }
             for c, payload in fresh.items()
         ]
-        with store.writing(self.path) as conn:
-            store.add_predictions(conn, rows)
+        try:
+            with store.writing(self.path) as conn:
+                store.add_predictions(conn, rows)
+        except (KBError, sqlite3.OperationalError) as e:
+            if isinstance(e, KBError) and not isinstance(e.__cause__, sqlite3.OperationalError | OSError):
+                raise  # a KB that is not advisor's (another application's, a newer one, an empty file): refused
+            self.unwritten = str(e)  # a read-only file or folder, a full disk: the answer stands
 
     def missing(self, q: Question, rules: Rules) -> bool:
         """Whether answering `q` needs tracing (torch): some prediction is not in the cache."""

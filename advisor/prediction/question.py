@@ -32,6 +32,8 @@ from advisor.rules import Accelerator, Rules
 # without accumulation (each micro-batch's gradients reduce-scattered: accelerate's sync_each_batch)
 SHARDED_STRATEGIES = ("standard", "checkpointing", "accumulation", "checkpointing+accumulation")
 MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
+MOST_SAMPLES = 1 << 20  # a micro-batch, an effective batch, micro-batches per step: past any recipe, a typo
+MOST_MEMORY_GIB = 1 << 20  # 1 PiB, past any accelerator or host built (1e308 overflows the arithmetic)
 OFFLOAD_DTYPES = ("bf16-mixed",)  # what an offloaded optimizer is predicted for: a bf16 device copy
 
 
@@ -64,7 +66,7 @@ class FitRequest:
         None,
         "Image side in pixels of a model that takes images (a multiple of its patch size). Default: the config's.",
     )
-    dtype: str | tuple[str, ...] = option(
+    dtype: str | tuple[str, ...] | None = option(
         (),
         "fp32, bf16-mixed (autocast, fp32 weights and state), fp16-mixed, or bf16 (pure: weights, gradients and "
         "state in bf16) (repeatable). Default: bf16-mixed and pure bf16 where the chip has bf16 (an adapter: "
@@ -277,6 +279,7 @@ def question(
     """The whole question, every option checked against the model and the accelerator (`accelerator`: one
     already resolved, instead of options.gpu). InputError names the option to fix."""
     options = _normalized(options)
+    check_numbers(options)
     options, defaulted = _with_method(options, model)
     acc = accelerator or (accelerators.resolve(options.gpu, rules) if options.gpu else None)
     if acc is None and options.memory is None:
@@ -286,7 +289,6 @@ def question(
         if options.memory is not None
         else accelerators.memory_gb(acc)
     )
-    _check_numbers(options)
     _check_names(options, rules)
     lora = _lora(options)
     _check_attention(options, acc)
@@ -354,11 +356,7 @@ def _rollout(options: FitRequest, seq_len: int | None) -> Rollout | None:
         if flag:
             raise InputError(f"{flag} is GRPO's: add --method grpo, or drop {flag}.", flag)
         return None
-    beta = options.beta
-    if beta is not None and (
-        isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta < 0
-    ):
-        raise InputError(f"--beta must be a number, 0 or more (got {beta!r}).", "--beta")
+    beta = options.beta  # its range: check_numbers
     if options.generation is not None and options.generation not in GENERATIONS:
         raise InputError(
             f"unknown generation {options.generation!r}. Choose from: {', '.join(GENERATIONS)}.",
@@ -678,13 +676,32 @@ def _normalized(options: FitRequest) -> FitRequest:
     return replace(options, **repeated)
 
 
-def _check_numbers(options: FitRequest) -> None:
-    """What click checks on the command line, for the Python API too."""
-    checks = [
-        ("--lora-r", options.lora_r, 1, "a whole, positive rank; 8 to 64 are usual"),
-        ("--gpus", options.gpus, 1, "a whole number of accelerators per node, 1 or more"),
-        ("--nodes", options.nodes, 1, "a whole number of nodes, 1 or more"),
-    ]
+# FitRequest's whole numbers, each (its flag, least, most or None, what it counts): the one place their ranges
+# are declared. The command line's types are made from it (advisor/cli/params.py `whole`), and the Python API's
+# values are held to it (check_numbers); measure's shape options (--batch-size, --seq-len, ...) share it.
+WHOLE = {
+    "batch_size": ("--batch-size", 1, MOST_SAMPLES, "a whole number of samples"),
+    "seq_len": ("--seq-len", 4, None, "a whole number of tokens"),
+    "image_size": ("--image-size", 8, None, "a whole number of pixels"),
+    "accumulation_steps": ("--accumulation-steps", 2, MOST_SAMPLES, "a whole number of micro-batches"),
+    "effective_batch": ("--effective-batch", 1, MOST_SAMPLES, "a whole number of samples per step"),
+    "lora_r": ("--lora-r", 1, None, "a whole, positive rank (8 to 64 are usual)"),
+    "lora_alpha": ("--lora-alpha", 1, None, "a whole, positive number"),
+    "gpus": ("--gpus", 1, None, "a whole number of accelerators per node"),
+    "nodes": ("--nodes", 1, MAX_NODES, "a whole number of nodes"),
+    "completion_len": ("--completion-len", 1, None, "a whole number of tokens"),
+    "generations": ("--generations", 1, None, "a whole number of completions per prompt"),
+}
+# FitRequest's other numbers, each (its flag, least, most, whether the least is excluded, what it is)
+NUMBERS = {
+    "memory": ("--memory", 0.0, MOST_MEMORY_GIB, True, "a number of GiB"),
+    "mfu": ("--mfu", 0.0, 1.0, True, "a fraction"),
+    "beta": ("--beta", 0.0, None, False, "a number"),
+}
+
+
+def check_numbers(options: FitRequest) -> None:
+    """What click checks on the command line (WHOLE, NUMBERS), for the Python API too."""
     if isinstance(options.nodes, int) and not isinstance(options.nodes, bool) and options.nodes > MAX_NODES:
         raise InputError(
             f"--nodes is at most {MAX_NODES:,} (got {options.nodes:,}): no cluster built has more.", "--nodes"
@@ -695,27 +712,27 @@ def _check_numbers(options: FitRequest) -> None:
             "pass --nodes for more.",
             "--gpus",
         )
-    for flag, value, least, what in (
-        ("--batch-size", options.batch_size, 1, "a whole number of samples, 1 or more"),
-        ("--accumulation-steps", options.accumulation_steps, 2, "a whole number, 2 or more"),
-        ("--effective-batch", options.effective_batch, 1, "a whole number of samples per step, 1 or more"),
-        ("--completion-len", options.completion_len, 1, "a whole number of tokens, 1 or more"),
-        ("--generations", options.generations, 1, "a whole number of completions per prompt, 1 or more"),
-    ):
-        if value is not None:
-            checks.append((flag, value, least, what))
-    if options.seq_len is not None:
-        checks.append(("--seq-len", options.seq_len, 4, "a whole number of tokens, 4 or more"))
-    if options.image_size is not None:
-        checks.append(("--image-size", options.image_size, 8, "a whole number of pixels, 8 or more"))
-    for flag, value, least, what in checks:
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InputError(f"{flag} must be {what} (got {value!r}).", flag)
-    for flag, value, top in (("--memory", options.memory, math.inf), ("--mfu", options.mfu, 1.0)):
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if value is not None and (not number or not math.isfinite(value) or not 0 < value <= top):
-            bound = "a positive number of GiB" if flag == "--memory" else "a fraction in (0, 1]"
-            raise InputError(f"{flag} must be {bound} (got {value!r}).", flag)
+    for name in (*WHOLE, *NUMBERS):
+        check_number(name, getattr(options, name))
+
+
+def check_number(name: str, value) -> None:
+    """`value` of FitRequest's field `name` (or None) in its declared range (WHOLE, NUMBERS): InputError naming
+    the flag, with the range, otherwise. advisor.measure holds its shape options to it too."""
+    if value is None:
+        return
+    if name in WHOLE:
+        flag, least, most, what = WHOLE[name]
+        fits = isinstance(value, int) and not isinstance(value, bool) and least <= value <= (most or value)
+        bounds = f"{least} or more" + (f" and at most {most:,}" if most else "")
+    else:
+        flag, least, most, open_low, what = NUMBERS[name]
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        fits = number and (value > least if open_low else value >= least) and value <= (most or value)
+        low = "above" if open_low else "at least"
+        bounds = f"{low} {least:g}" + (f" and at most {most:,}" if most else "")
+    if not fits:
+        raise InputError(f"{flag} must be {what}, {bounds} (got {value!r}).", flag)
 
 
 def _effective(

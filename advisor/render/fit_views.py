@@ -169,6 +169,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
     else:
         head.append(f"None of {n} configurations fits.", style="bold red")
     cache = "from the cache" if answer.computed == 0 else f"{answer.computed} traced now, cached"
+    if answer.not_cached:
+        cache = f"{answer.computed} traced now, not cached"  # why: a line on stderr (advisor fit)
     listed = len(answer.shown())
     more = f" · {listed} of {n} shown (--all for every one)" if verbose and listed < n else ""
     head.append(f" · {cache}{more}", style="dim")

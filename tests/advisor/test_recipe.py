@@ -2,6 +2,7 @@
 the effective batch, a learning rate with its source, a model id from_pretrained loads, the launch line; and
 the picks a fine-tuner would make (LoRA before full fine-tuning on 4-bit states, the largest batch that fits)."""
 
+import ast
 import json
 import math
 from dataclasses import replace
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import advisor
+from advisor.errors import ModelNotResolved
 from advisor.model_ref import resolve_model
 from advisor.prediction.question import FitRequest, question
 from advisor.prediction.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
@@ -319,15 +321,26 @@ def test_a_loss_pick_from_single_runs_names_the_seeded_evidence_and_why_the_menu
 
 
 def test_a_model_name_cannot_break_out_of_the_codes_comments(rules, tmp_path):
-    """A folder whose name holds a line break: the header's comment stays one comment, the name a string."""
-    folder = tmp_path / "evil\nimport os; os.system('echo pwned')"
+    """A line break in a folder's name is refused where the model is resolved; quotes and a `#` that pass
+    stay inside the header's comment and the code's string: one valid script, no injected line."""
+    broken = tmp_path / "evil\nimport os; os.system('echo pwned')"
+    broken.mkdir()
+    (broken / "config.json").write_text((QWEN / "config.json").read_text())
+    with pytest.raises(ModelNotResolved, match="control characters"):
+        ask(rules, model=broken)
+    folder = tmp_path / "evil\"'); import os; os.system('echo pwned') #"
     folder.mkdir()
     (folder / "config.json").write_text((QWEN / "config.json").read_text())
     q = ask(rules, model=folder)
     c = Config("lora", "bf16-mixed", "adamw", "standard")
     _, code = training_code(q, c, q.adapter_of("lora"), rules, Recipe(1, 1, learning_rate(q, c, rules)))
-    assert not any(line.startswith("import os") for line in code.splitlines())
-    compile(code, "train.py", "exec")  # one valid script: the name is inside a comment and a string
+    assert "os.system(" in code  # the name is in the script...
+    assert not any(line.lstrip().startswith("import os") for line in code.splitlines())
+    tree = compile(code, "train.py", "exec", flags=ast.PyCF_ONLY_AST)
+    calls = [
+        n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    ]
+    assert "system" not in calls  # the name is data, never a call
 
 
 def test_full_fine_tuning_reaches_the_effective_batch(invoke):

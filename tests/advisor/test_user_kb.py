@@ -504,3 +504,38 @@ def test_a_kb_read_alone_is_not_remembered(invoke, no_db, checks, monkeypatch):
     monkeypatch.setenv("ADVISOR_DB", str(no_db))
     assert answers(invoke) and answers(invoke)
     assert len(checks) == 2 and not remembered.checks_path().exists()
+
+
+def test_a_link_flipped_after_the_open_never_records_a_forged_kb_as_passed(
+    invoke, no_db, checks, monkeypatch, tmp_path
+):
+    """The race: the user's KB is a link to a good KB; right after SQLite opens it, the link is flipped to a
+    forged one. The check reads the good file; the pass is keyed on the file SQLite opened (its descriptor),
+    and the name now leads elsewhere, so nothing is remembered, and the forged KB is checked (and refused)
+    when it is read. Before, the name was resolved again to key the pass: the forged file was recorded as
+    passed and then read unchecked."""
+    good, forged = tmp_path / "good.sqlite", tmp_path / "forged.sqlite"
+    no_db.rename(good)
+    forged.write_bytes(good.read_bytes())
+    conn = sqlite3.connect(forged)
+    conn.execute("UPDATE runs SET seed = -5 WHERE id = 1")
+    conn.commit()
+    conn.close()
+    no_db.symlink_to(good)
+    time.sleep(STILL_S * 2)
+
+    real, flips = reader.check_schema, []
+
+    def flip_then_check(*args):  # the attacker's moment: after the open, before the pass is keyed
+        if not flips:
+            no_db.unlink()
+            no_db.symlink_to(forged)
+            flips.append(forged)
+        return real(*args)
+
+    monkeypatch.setattr(reader, "check_schema", flip_then_check)
+    assert answers(invoke)  # the good file, read and checked
+    assert flips and no_db.resolve() == forged
+    assert not remembered.checks_path().exists() or str(forged) not in remembered.checks_path().read_text()
+    result = invoke("recommend", "--arch", "vit", catch_exceptions=True)
+    assert result.exit_code == 1 and "seed = -5" in result.output, result.output

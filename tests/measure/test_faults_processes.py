@@ -81,13 +81,13 @@ def test_kill_9_during_a_build_keeps_the_old_kb_and_leaves_no_temporary_file(tmp
     reference = content(out)
     rng = random.Random(3)
     for _ in range(3):
-        proc = advisor("kb", "build", "-o", out)
+        proc = advisor("kb", "build", "-o", out, "--force")  # an earlier build: replaced, as asked
         time.sleep(rng.uniform(0.2, 1.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert query(out, "PRAGMA integrity_check") == [("ok",)]
         assert runs_of(out) == runs_of(SHIPPED)
-    assert advisor("kb", "build", "-o", out).wait(timeout=120) == 0
+    assert advisor("kb", "build", "-o", out, "--force").wait(timeout=120) == 0
     assert content(out) == reference
     assert not list(tmp_path.glob(".build-*")), "a killed build's files are cleaned up"
 

@@ -1,1 +1,2 @@
-"""What a model reads: the tokenizer, the shape data must have, and the generated corpus (the offline MM-IMDb-like set)."""
+"""What a model reads: the tokenizer, the shape data must have, the generated corpus (the offline MM-IMDb-like
+set), and a local --data folder as `datasets` reads it, checked to read nothing from outside (`folder.py`)."""

@@ -14,6 +14,7 @@ from advisor.measuring.data.shape import Shape
 from advisor.measuring.data.tokenizer import carries_tokenizer, from_folder
 from advisor.measuring.model.families import Family, family_of
 from advisor.measuring.model.families.base import Sizes, from_config
+from advisor.model_config import built
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
@@ -115,26 +116,10 @@ def model_config(model: ResolvedModel, rules: Rules):
 
 
 def transformers_config(model: ResolvedModel):
-    """A user's model's config as transformers builds it, from the config.json read once (no second read)."""
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import CONFIG_MAPPING
-
-    try:
-        return CONFIG_MAPPING[model.model_type].from_dict(dict(model.config))
-    except KeyError:
-        raise ValueError(
-            f"transformers {_version()} does not know model_type {model.model_type!r} of {model.name}"
-        ) from None
-    except (
-        StrictDataclassError
-    ) as e:  # the config class's own validators (layer_types against the depth, ...)
-        raise ValueError(str(e.__cause__ or e).strip().splitlines()[-1]) from e
-
-
-def _version() -> str:
-    import transformers
-
-    return transformers.__version__
+    """A user's model's config as transformers builds it, from the config.json read once (no second read),
+    each value checked by its own config class first (advisor.model_config.built): ModelNotResolved, one
+    sentence naming the key."""
+    return built(dict(model.config), model.config_path or model.name)
 
 
 def user_config(model: ResolvedModel, rules: Rules):

@@ -25,9 +25,13 @@ and predictions against real steps' live tensor bytes.
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 import itertools
 import logging
 import math
+import os
+import sys
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -955,16 +959,19 @@ def _step_line(step: dict[str, int], inputs: tuple[int, int]) -> dict:
 # torchao's absent CUDA kernels on a CPU, bitsandbytes' `kernels` trust check when the Hub is offline, torch's
 # notices of torchao's registrations, DeepSpeed's accelerator probe
 NOISY = ("torchao", "bitsandbytes", "kernels", "deepspeed", "DeepSpeed", "torch.utils._pytree")
+# Loggers that repeat, as a traceback, an error the trace then says in one sentence (FitError): fake tensors' log
+# of a kernel that failed on a model's shapes (an odd head width, a partial rotary part the model ignores)
+REPEATING = ("torch._subclasses.fake_tensor",)
 
 
 @contextmanager
 def quiet_libraries():
     """The libraries' notices (NOISY) kept off the user's terminal while a trace runs (errors still show); the
     loggers' levels restored after, the user's own process left as it was."""
-    loggers = [logging.getLogger(name) for name in NOISY]
+    loggers = [logging.getLogger(name) for name in NOISY + REPEATING]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
-        logger.setLevel(logging.ERROR)
+        logger.setLevel(logging.CRITICAL if logger.name in REPEATING else logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -972,6 +979,45 @@ def quiet_libraries():
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+# Imported before a trace with the Hugging Face hub off: bitsandbytes' CPU backend asks the Hub for a kernel as
+# it is imported (`kernels.get_kernel`, with `kernels` installed, on a CPU with AVX512-BF16), and nothing
+# bounds that wait; peft imports bitsandbytes. Offline, `kernels` takes a kernel from the cache or none.
+HUB_ASKING = ("bitsandbytes", "peft")
+
+
+@contextmanager
+def hub_off():
+    """The Hugging Face hub off for the block, then as it was: HF_HUB_OFFLINE (what huggingface_hub reads as
+    it is first imported) and huggingface_hub's own flag (what it and `kernels`, which has no switch of its
+    own, read at every call: a request raises at once instead of waiting)."""
+    from huggingface_hub import constants
+
+    env, flag = os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE
+    os.environ["HF_HUB_OFFLINE"], constants.HF_HUB_OFFLINE = "1", True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = flag
+        if env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = env
+
+
+def import_offline(names: tuple[str, ...] = HUB_ASKING) -> None:
+    """Import the libraries a trace needs that ask the Hub as they are imported, with the hub off for the
+    imports only (a trace reads no file from the network): before the workers fork, so they inherit them."""
+    wanted = [name for name in names if name not in sys.modules and importlib.util.find_spec(name)]
+    if not wanted:
+        return
+    with hub_off():
+        for name in wanted:
+            try:
+                importlib.import_module(name)
+            except Exception:  # a broken install fails where it is used, with that place's sentence
+                pass
 
 
 def trace(
@@ -1004,6 +1050,7 @@ def trace(
     out, done = {}, 0
     try:
         with quiet_libraries():
+            import_offline()
             pieces = [(run, i) for i in range(len(tasks))]
             for _, traced, timings in unordered(_task, pieces, workers):
                 out |= traced
@@ -1051,8 +1098,12 @@ def _task(piece: tuple[int, int]) -> tuple[int, dict, list]:
             TypeError,
             AttributeError,
             AssertionError,
+            LookupError,
+            ArithmeticError,
         ) as e:
-            # AssertionError: what a library asserts of its inputs (torch's optimizers of their devices)
+            # AssertionError: what a library asserts of its inputs (torch's optimizers of their devices);
+            # LookupError, ArithmeticError: a model's code on a config value its class let through (a name
+            # ACT2FN lacks, a size that overflows)
             raise FitError(f"cannot trace a training step of {q.model.name}: {_first_line(e)}") from e
         out |= {c: traced[(c.optimizer, c.strategy)] for c in group}
         timings.append(((adapter, dtype, offload, sharding), group, time.perf_counter() - start))

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.errors import Error, InputError
+from advisor.errors import Error
 from advisor.measuring.data.corpus import encoded
+from advisor.measuring.data.folder import DataError, files_read, is_saved
 from advisor.measuring.model.builder import sized_reference, sized_user_config
 from advisor.measuring.model.families import family_of
 from advisor.measuring.model.families.base import ROLE_COLUMNS, Sizes
@@ -50,13 +51,6 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 SPLIT_SEED = 20_260_805  # the fixed order that splits a dataset into held-out and training rows
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
-
-
-class DataError(InputError):
-    """A --data that cannot be used, with a sentence saying what to do (exit code 2); `param`: the flag to fix."""
-
-    def __init__(self, message: str, param: str = "--data"):
-        super().__init__(message, param)
 
 
 class HubUnreachable(Error):
@@ -237,11 +231,12 @@ def _local(path: Path) -> DataChoice:
             f"cannot read {path.name}: {path.suffix or 'no extension'} is not a format measure reads. Use JSONL, "
             "JSON, CSV, Parquet or text files, a save_to_disk folder, or an image folder."
         )
+    named = set()
     if path.is_dir():
         _one_kind(path)
-        _inside(path)
+        named = _inside(path)
     try:
-        digest = content_hash(path)
+        digest = content_hash(path, named)
     except OSError as e:  # unreadable: permissions, a file removed meanwhile
         raise DataError(
             f"cannot read {e.filename or path} ({e.strerror or e}): check the path and its permissions."
@@ -268,64 +263,24 @@ def _one_kind(folder: Path) -> None:
         )
 
 
-def _inside(folder: Path) -> None:
-    """Refuse a folder that reads data from outside it: a file linked from elsewhere, or a dataset card
-    (README.md) whose `data_files` name an absolute path, a URL or a path up and out. The run's identity is
-    the hash of the folder's own bytes, so what it trains on must be those bytes."""
+def _inside(folder: Path) -> set[Path]:
+    """Refuse a folder that reads data from outside it: a file linked from elsewhere, or a path its dataset
+    card (or a save_to_disk folder's JSON) names that leads out (`advisor.measuring.data.folder`). Returns the
+    files datasets reads by name, hidden ones included: the run's identity hashes them with the folder's own."""
     for f in _data_files(folder):
         if not f.resolve().is_relative_to(folder):
             raise DataError(
                 f"{folder.name}/{f.relative_to(folder)} links to a file outside the folder: copy the data in, so "
                 "that what the runs train on is what they record."
             )
-    for pattern in _card_data_files(folder):
-        escapes = ".." in Path(pattern).parts
-        if "://" in pattern or Path(pattern).is_absolute() or escapes or pattern.startswith("~"):
-            raise DataError(
-                f"{folder.name}/README.md points its data_files at {pattern[:80]!r}, outside the folder: name "
-                "files inside it (relative paths), so that what the runs train on is what they record."
-            )
+    return files_read(folder)
 
 
-def _card_data_files(folder: Path) -> list[str]:
-    """Every data_files pattern of a dataset card's YAML header (configs: [{data_files: ...}]), as text."""
-    card = folder / "README.md"
-    if not card.is_file():
-        return []
-    text = card.read_text(encoding="utf-8", errors="replace")
-    if not text.startswith("---"):
-        return []
-    import yaml  # datasets' own dependency: the card's header is YAML
-
-    try:
-        header = yaml.safe_load(text.split("---", 2)[1]) or {}
-    except (yaml.YAMLError, IndexError) as e:
-        raise DataError(f"{folder.name}/README.md has a header that is not valid YAML ({e}).") from e
-    configs = header.get("configs") if isinstance(header, dict) else None
-    out: list[str] = []
-
-    def collect(value) -> None:
-        if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, list):
-            for item in value:
-                collect(item.get("path") if isinstance(item, dict) else item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                collect(item)
-        elif value is not None:
-            out.append(str(value))
-
-    for config in configs if isinstance(configs, list) else []:
-        if isinstance(config, dict):
-            collect(config.get("data_files"))
-    return out
-
-
-def content_hash(path: Path) -> str:
-    """sha256 of a file's bytes, or of a folder's files (relative paths and bytes, in name order)."""
+def content_hash(path: Path, named: set[Path] = frozenset()) -> str:
+    """sha256 of a file's bytes, or of a folder's files and those read by name (`named`: a card, hidden files it
+    names), relative paths and bytes in name order. A folder without hidden files read keeps its old hash."""
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(_data_files(path))
+    files = [path] if path.is_file() else sorted({*_data_files(path), *named})
     for f in files:
         if path.is_dir():
             digest.update(str(f.relative_to(path)).encode() + b"\0")
@@ -393,7 +348,7 @@ def _load(where: Path):
 
     if where.is_file():
         return datasets.load_dataset(FILE_BUILDERS[where.suffix.lower()], data_files=str(where))
-    if (where / "dataset_info.json").is_file() or (where / "dataset_dict.json").is_file():
+    if is_saved(where):
         return datasets.load_from_disk(str(where))
     if not _data_files(where):
         raise DataError(f"the folder {where.name} holds no files: pass a folder with your data files.")
