@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
 
-.PHONY: setup browser test lint kb bench bench-fit reference reference-small reference-menu bases reference-lora-pilot reference-lora reference-tiny reference-export claims clean
+.PHONY: setup browser test test-fast lint kb bench bench-fit reference reference-small reference-menu bases reference-lora-pilot reference-lora reference-tiny reference-export claims clean
 REF_DB ?= build/reference-small.sqlite
 
 # torch is pinned to the CPU wheel on this machine's disk; an unpinned torch resolves to a multi-GB CUDA build.
@@ -30,6 +30,12 @@ browser:
 test: setup browser
 	$(BIN)/ruff check advisor tests bench
 	$(BIN)/python -m pytest
+
+# All but the tests marked slow (real training steps, multi-process FSDP, torchao's compile, subprocess kills):
+# the loop while you work; `make test` before you push.
+test-fast: setup
+	$(BIN)/ruff check advisor tests bench
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check advisor tests bench

@@ -1,6 +1,6 @@
 """advisor: which optimizer and memory strategy for this transformer, under this constraint, from evidence.
 
-The Python API (advisor/api.py): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`,
+The Python API (advisor/api/): `advisor.recommend(...)`, `advisor.fit(...)`, `advisor.measure(...)`,
 `advisor.plan(...)`, `advisor.pretrain(...)`, `advisor.open_kb(...)`, and the request objects each takes
 (`advisor.FitRequest`, `advisor.RecommendRequest`, `advisor.MeasureRequest`), imported on first use so that
 `import advisor` (and the CLI) stays cheap. Every error they raise derives from `advisor.Error`.

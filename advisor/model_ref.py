@@ -110,7 +110,7 @@ GATED_TYPES = ("gemma", "modernbert")  # model types whose MLP is gated whatever
 def config_params(config: dict) -> int | None:
     """A transformer's parameter count from its config.json's dimensions (embeddings, attention with grouped
     keys and values, a gated or plain MLP, experts): torch-free, within a few percent of the built model for
-    the families the rules list (tests/measure/test_model_size.py checks it against transformers on meta).
+    the families the rules list (tests/test_model_size.py checks it against transformers on meta).
     Written by hand because the alternative, building the model on the meta device, imports torch (2 s)."""
     text = config.get("text_config") or config
     get = lambda *keys: next((text[k] for k in keys if isinstance(text.get(k), int)), None)  # noqa: E731

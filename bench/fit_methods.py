@@ -6,7 +6,7 @@ MemTracker; for GRPO also its rollout's peak alone (generation and scoring).
 
     python bench/fit_methods.py [--out bench/results/fit-methods-cpu.json]
 
-The cases and the harness are the test's (tests/measure/test_methods.py, tests/measure/trlstep.py); this
+The cases and the harness are the test's (tests/measuring/tracer/test_methods.py, tests/measuring/tracer/trlstep.py); this
 writes their errors with the machine's versions, a table to quote.
 """
 
@@ -32,7 +32,7 @@ def main() -> None:
     import transformers
     import trl
 
-    from tests.measure.test_methods import ARCHS, STEPS, errors, spec_of
+    from tests.measuring.tracer.test_methods import ARCHS, STEPS, errors, spec_of
 
     rows = []
     for arch in ARCHS:

@@ -168,11 +168,11 @@ def deepspeed_states() -> list[dict]:
 
 
 def gloo(db: Path) -> list[dict]:
-    """The 4-layer, 256-wide Llama at batch 2 x 128 (tests/measure/test_sharding.py): real ranks against fit."""
+    """The 4-layer, 256-wide Llama at batch 2 x 128 (tests/measuring/tracer/test_sharding.py): real ranks against fit."""
     sys.path.insert(0, str(REPO))
     os.environ["ADVISOR_DB"] = str(db)  # the predictions' cache: not the user's KB
-    from tests.measure.distributed import run_ranks, tiny_llama
-    from tests.measure.test_sharding import BATCH, SEQ, predicted
+    from tests.measuring.tracer.distributed import run_ranks, tiny_llama
+    from tests.measuring.tracer.test_sharding import BATCH, SEQ, predicted
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

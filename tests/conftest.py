@@ -3,6 +3,7 @@
 import hashlib
 import os
 import shutil
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +41,60 @@ def kb_path(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("ADVISOR_DB", str(path))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_traces(tmp_path_factory, worker_id) -> Path:
+    """Where the whole run's traces are shared: a KB beside the workers' temp folders (both xdist workers
+    see the same one). Tracing a model costs 2-97 s; the same question asked by twenty tests is traced once."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if worker_id != "master" else base) / "traces.sqlite"
+
+
+@pytest.fixture(autouse=True)
+def traces_from_the_run(request, shared_traces, monkeypatch):
+    """advisor fit's cache reads the test's own KB first, then the run's shared traces (keyed as the KB keys
+    them, so a hit is the same trace); what a test traces is written to its own KB, as always, and to the
+    shared one. A test marked `cold` sees its own KB alone: it checks what a first trace does."""
+    if request.node.get_closest_marker("cold"):
+        return
+    from advisor.errors import KBError
+    from advisor.kb.reader import prediction_payloads
+    from advisor.kb.schema import connect_kb_readonly
+    from advisor.prediction.cache import PredictionCache, keys_of, software
+
+    own_get, own_put = PredictionCache.get, PredictionCache.put
+
+    def get(self, keys):
+        found = own_get(self, keys)
+        rest = [k for k in keys if k not in found]
+        if rest and self.read is not None and shared_traces.exists():  # a KB the test's fit may read
+            try:
+                conn = connect_kb_readonly(shared_traces)
+            except KBError:
+                return found  # the other worker is creating it: trace
+            try:
+                found |= prediction_payloads(conn, rest)
+            finally:
+                conn.close()
+        return found
+
+    def put(self, q, fresh, keys, soft):
+        own_put(self, q, fresh, keys, soft)
+        if self.read is not None and self.unwritten is None:  # only what a usable KB would have cached
+            shared = PredictionCache(None, shared_traces)
+            try:
+                own_put(shared, q, fresh, keys, soft)
+            except (KBError, sqlite3.OperationalError):
+                pass  # the other worker holds it: this trace is simply not shared
+
+    def missing(self, q, rules):
+        keys = set(keys_of(q, rules, software()).values())
+        return self.read is None or len(self.get(list(keys))) < len(keys)
+
+    monkeypatch.setattr(PredictionCache, "get", get)
+    monkeypatch.setattr(PredictionCache, "put", put)
+    monkeypatch.setattr(PredictionCache, "missing", missing)
 
 
 @pytest.fixture

@@ -65,3 +65,20 @@ def test_no_folder_of_advisor_holds_more_than_a_dozen_modules():
         if p.name != "__init__.py" and "__pycache__" not in p.parts:
             folders.setdefault(p.parent.relative_to(REPO).as_posix(), []).append(p.name)
     assert {f: len(m) for f, m in folders.items() if len(m) > 12} == {}
+
+
+# Folders of tests/ that name no package of advisor: the fixtures, and the fault catalogue, which attacks
+# every command at once (hostile files, inputs, processes) and so belongs to no one package.
+NOT_A_PACKAGE = {"fixtures", "faults"}
+
+
+def test_every_test_folder_mirrors_a_package_of_advisor():
+    """Issue 49: tests/measuring/grid/ tests advisor/measuring/grid/, so a test is found where its code is."""
+    tests = REPO / "tests"
+    folders = {
+        p.relative_to(tests)
+        for p in tests.rglob("*")
+        if p.is_dir() and "__pycache__" not in p.parts and p.relative_to(tests).parts[0] not in NOT_A_PACKAGE
+    }
+    assert folders, "no test folders found"
+    assert sorted(str(f) for f in folders if not (REPO / "advisor" / f / "__init__.py").is_file()) == []

@@ -1,4 +1,4 @@
-"""The code's shape, as the design promises it: one write path, one name per module across both packages."""
+"""The code's shape, as the design promises it: one write path, one name per module of advisor."""
 
 import importlib.util
 import re
@@ -18,14 +18,14 @@ def sources(*packages):
 def test_every_insert_and_transaction_is_in_the_store():
     writers = {
         p.relative_to(REPO).as_posix()
-        for p in sources("advisor", "measure")
+        for p in sources("advisor")
         if re.search(r"INSERT INTO|BEGIN IMMEDIATE|INSERT OR REPLACE", p.read_text())
     }
     # the store; the summaries it maintains inside its transactions; the migrations' own SQL
     assert writers == {"advisor/kb/store.py", "advisor/kb/summaries.py", "advisor/kb/migrations.py"}
     users = {
         p.relative_to(REPO).as_posix()
-        for p in sources("advisor", "measure", "bench")
+        for p in sources("advisor", "bench")
         if re.search(
             r"^\s*(from advisor\.kb import .*\bsummaries\b|from advisor\.kb\.summaries |import advisor\.kb\.summaries)",
             p.read_text(),
@@ -59,10 +59,8 @@ def test_the_sql_check_finds_a_query_and_a_call_outside_the_kb(tmp_path, monkeyp
     assert [h.split("/")[-1] for h in house.sql_outside_kb()] == ["page.py:2", "site.py:1"]
 
 
-def test_no_two_modules_share_a_name_across_advisor_and_measure():
-    names = Counter(
-        p.name for p in sources("advisor", "measure") if p.name not in ("__init__.py", "__main__.py")
-    )
+def test_no_two_modules_of_advisor_share_a_name():
+    names = Counter(p.name for p in sources("advisor") if p.name not in ("__init__.py", "__main__.py"))
     assert [n for n, k in names.items() if k > 1] == []
 
 
@@ -75,7 +73,7 @@ def test_no_family_dispatch_outside_the_family_modules():
     dispatch = re.compile(f"{compared}|{member}|family\\s*==\\s*['\"]")
     chains = [
         p.relative_to(REPO).as_posix()
-        for p in sources("advisor", "measure", "bench")
+        for p in sources("advisor", "bench")
         if "families" not in p.parts and dispatch.search(p.read_text())
     ]
     assert chains == []

@@ -4,7 +4,7 @@ when one configuration is compared with many, and effect sizes.
 Pure functions of the sums the KB maintains (advisor/kb/summaries.py), so an answer never reads the runs.
 Student's t distribution is computed here, in a few lines of the standard library (the regularized
 incomplete beta function by its continued fraction), so that no answer imports numpy or scipy (0.2 s of a
-0.3 s answer); tests/advisor/test_stats.py holds it to scipy's to 1e-10.
+0.3 s answer); tests/answers/test_stats.py holds it to scipy's to 1e-10.
 """
 
 from __future__ import annotations

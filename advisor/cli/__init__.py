@@ -1,4 +1,4 @@
-"""The `advisor` command line: thin click commands that parse, call the Python API (advisor/api.py), render.
+"""The `advisor` command line: thin click commands that parse, call the Python API (advisor/api/), render.
 
 Commands live by subject: `answering.py` (recommend, frontier, flowchart, claims), `fitting.py` (fit),
 `measuring.py` (measure, validate, calibrate, pretrain), `kb_commands.py` (the kb group), `reporting.py` (report); `params.py`

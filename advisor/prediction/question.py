@@ -183,7 +183,7 @@ class FitRequest:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Question:
     """A fit question with every option checked and every default filled: the configurations to answer."""
 
@@ -298,27 +298,29 @@ def question(
     rollout = _rollout(options, seq_len)
     configs, left_out = Menu(options, rules, acc).configs()
     left_out += defaulted
+    effective_batch, effective_source = _effective(options, model, rules, rollout)
     return Question(
-        model,
-        acc,
-        budget,
-        options.batch_size,
-        seq_len,
-        image_size,
-        options.accumulation_steps,
-        configs,
-        lora,
-        options.attention,
-        options.mfu,
-        left_out,
-        options.gpus,
-        options.nodes,
-        *_effective(options, model, rules, rollout),
-        options.method,
-        options.reference,
-        rollout,
-        options.loss,
-        accelerators.links(acc, options.interconnect, rules),
+        model=model,
+        accelerator=acc,
+        budget_gb=budget,
+        batch_size=options.batch_size,
+        seq_len=seq_len,
+        image_size=image_size,
+        accumulation_steps=options.accumulation_steps,
+        configs=configs,
+        lora=lora,
+        attention=options.attention,
+        mfu=options.mfu,
+        left_out=left_out,
+        gpus=options.gpus,
+        nodes=options.nodes,
+        effective_batch=effective_batch,
+        effective_source=effective_source,
+        method=options.method,
+        reference=options.reference,
+        rollout=rollout,
+        loss=options.loss,
+        links=accelerators.links(acc, options.interconnect, rules),
     )
 
 

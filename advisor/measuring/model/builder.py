@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 from advisor.measuring.data.shape import Shape
 from advisor.measuring.data.tokenizer import carries_tokenizer, from_folder
+from advisor.measuring.model.config_class import built
 from advisor.measuring.model.families import Family, family_of
 from advisor.measuring.model.families.base import Sizes, from_config
-from advisor.model_config import built
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
@@ -117,7 +117,7 @@ def model_config(model: ResolvedModel, rules: Rules):
 
 def transformers_config(model: ResolvedModel):
     """A user's model's config as transformers builds it, from the config.json read once (no second read),
-    each value checked by its own config class first (advisor.model_config.built): ModelNotResolved, one
+    each value checked by its own config class first (advisor.measuring.model.config_class.built): ModelNotResolved, one
     sentence naming the key."""
     return built(dict(model.config), model.config_path or model.name)
 

@@ -122,6 +122,8 @@ def train_step(
         if before_micro_batch:
             before_micro_batch()
         with autocast(device, dtype):
+            # Not the fit trace's model(**batch).loss (tracer/methods.py step_loss), on purpose: a sum per target,
+            # divided by the whole window's targets, so that accumulated and plain steps train the same model.
             loss = family.summed_loss(model, batch)
         (loss / total_targets).backward()
         summed += loss.item()

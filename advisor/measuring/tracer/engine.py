@@ -18,7 +18,7 @@ sliding and full attention, DeepSeek's dense and mixture-of-experts layers), at 
 op's live bytes are affine in the batch, so each phase keeps the lines of its peak (the upper envelope of
 its ops' lines): the peak at any batch, not a secant through two peaks, which would miss the peak moving
 as activations outgrow the gradients. Depth is then a linear combination of the traced points.
-`tests/measure/test_prediction.py` and `tests/measure/test_menu.py` check the composite against full traces,
+`tests/measuring/tracer/test_prediction.py` and `tests/measuring/tracer/test_menu.py` check the composite against full traces,
 and predictions against real steps' live tensor bytes.
 """
 
@@ -167,7 +167,7 @@ def _expert_units(config) -> int | None:
     """A mixture's experts as a knob like depth: E experts of which each token picks k are g = gcd(E, k)
     units of E/g experts picking k/g, and every expert's bytes and FLOPs (its weights, its routed tokens, its
     share of the router) scale with the units at a fixed number of tokens per expert; traced at 1 and 2
-    units, evaluated at g, as blocks are (tests/measure/test_menu.py checks it against a trace of all of
+    units, evaluated at g, as blocks are (tests/measuring/tracer/test_menu.py checks it against a trace of all of
     them). Worth a knob past 2 units (Qwen3's 128 experts picking 8: 8 units of 16); None otherwise, and for
     routing in groups of experts (DeepSeek's n_group), which no unit divides."""
     experts = next((getattr(config, k) for k in MOE_KEYS if isinstance(getattr(config, k, None), int)), None)
@@ -521,7 +521,7 @@ def accumulating(first: dict, after: tuple[int, ...]) -> dict:
     sizes, with the first micro-batch's gradients alive throughout: forward1 is forward0 with them held, and
     backward1 is backward0 with them held whole (each new gradient is added into its own and freed where the
     first micro-batch's became it: a temporary either way until then). Derived rather than traced, it halves
-    a window's cost; tests/measure/test_prediction.py checks it equal to a traced second micro-batch, op by op."""
+    a window's cost; tests/measuring/tracer/test_prediction.py checks it equal to a traced second micro-batch, op by op."""
     g = CATEGORIES.index("gradients")
     held = after[g]
 

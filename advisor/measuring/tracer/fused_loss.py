@@ -12,7 +12,7 @@ a trace needs the same allocations, in the same order, made by torch ops:
 - both gradients are saved for the backward, which scales them in place by the loss's upstream gradient
   (Trainer's division by the tokens of the batch) and returns them.
 
-`tests/measure/test_fused_loss.py` checks the trace of it against the same loss run for real."""
+`tests/measuring/tracer/test_fused_loss.py` checks the trace of it against the same loss run for real."""
 
 from __future__ import annotations
 

@@ -92,6 +92,9 @@ def step_loss(spec, model, reference, batch: dict, start) -> torch.Tensor:
     if kind == "trainer" and spec.method.loss == "fused":
         return _fused_loss(model, batch)
     if kind == "trainer":
+        # Written twice on purpose: this is the user's step as Trainer runs it (the model's own mean loss), whose
+        # memory `fit` predicts; advisor measure's step (recipe/strategies.py, family.summed_loss) sums per
+        # target so that accumulation divides by the window's tokens. Same tensors held, different arithmetic.
         return model(**batch).loss
     if kind == "sft":
         out = model(**batch, use_cache=False, fused_lm_head=True)
