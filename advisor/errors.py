@@ -12,11 +12,12 @@ class Error(Exception):
 
 
 class InputError(Error, ValueError):
-    """A bad value of one option or argument: a usage error. `param` names the option ('--gpu'), if one."""
+    """A bad value of one option or argument: a usage error. `field` names it as the request dataclass does
+    ('gpu', 'batch_size'), if one; the command line alone says it as its flag (advisor/cli/params.py)."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
-        self.param = param
+        self.field = field
 
 
 class KBError(Error):

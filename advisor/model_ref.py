@@ -250,6 +250,7 @@ def _key(name: str) -> str:
 
 
 @cache
+@cache  # read once a process: a --json menu asks each of its rows for its Hub id
 def shipped_models() -> dict[str, dict]:
     """The published models advisor ships configs of (models/index.toml): name -> {hub, aliases, variants}."""
     return tomllib.loads((shipped_models_dir() / "index.toml").read_text())["models"]

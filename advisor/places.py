@@ -4,6 +4,7 @@ folder (their KB, their rules, shards), and which KB a command reads or writes."
 from __future__ import annotations
 
 import os
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def exists(path: Path) -> bool:
         return False
 
 
+@cache  # where the package lies does not change while it runs; asked once per row of an answer
 def shipped_models_dir() -> Path:
     """The published models' configs advisor ships (models/ in a checkout)."""
     return Path(str(resources.files("advisor.shipped.models")))

@@ -26,6 +26,7 @@ from machine import device, versions  # bench/machine.py: the script's own folde
 
 import advisor.measuring.training.trainer as trainer
 from advisor.kb import lease, store
+from advisor.kb.open import open_for_writing
 from advisor.measuring.grid import runner
 from advisor.measuring.request import request
 from advisor.measuring.training.heldout import HeldOut
@@ -79,10 +80,10 @@ def measure(model: str, preset: str) -> list[dict]:
         )
         grid = asked.grid(rules).cells
         peaks: dict = {}
-        conn = store.open_for_writing(Path(tmp) / "warm.sqlite")
+        conn = open_for_writing(Path(tmp) / "warm.sqlite")
         runner.run_cell(grid[0], conn, rules, peaks=peaks, exiting=True)  # warms the process, left out
         conn.close()
-        conn = store.open_for_writing(Path(tmp) / "kb.sqlite")
+        conn = open_for_writing(Path(tmp) / "kb.sqlite")
         for cell in grid:
             spent.clear()
             calls.clear()

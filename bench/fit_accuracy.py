@@ -113,11 +113,11 @@ GPU_CASES = [
 
 
 def spec_of(model: str, preset_or_family: str, seq: int | None, dtype: str, device: str):
-    """An advisor.measuring.tracer.engine.Spec for a reference model at a preset, or a fixture's published config."""
+    """An advisor.measuring.tracer.spec.Spec for a reference model at a preset, or a fixture's published config."""
     from transformers import AutoConfig
 
     from advisor.measuring.model.families import family
-    from advisor.measuring.tracer.engine import Spec
+    from advisor.measuring.tracer.spec import Spec
     from advisor.rules import load_rules
 
     if (FIXTURES / model).is_dir():
@@ -185,7 +185,7 @@ def korthikanti(spec, n_params: int, optimizer: str, strategy: str, batch: int) 
 def cpu_bench() -> None:
     from realstep import real_step_peaks
 
-    from advisor.measuring.tracer.engine import predict
+    from advisor.measuring.tracer.payloads import predict
     from advisor.prediction.step import n_params
 
     rows = []
@@ -233,7 +233,7 @@ def print_table(rows: list[dict], truth: str, others=()) -> None:
 
 def prepare(path: Path) -> None:
     """advisor's predictions for the GPU cases (traced here, on the CPU), for a GPU machine to check."""
-    from advisor.measuring.tracer.engine import predict
+    from advisor.measuring.tracer.payloads import predict
     from advisor.prediction.step import n_params
 
     cases = []
@@ -424,6 +424,7 @@ def report(results_path: Path, cases_path: Path, db: Path | None) -> None:
 def record(db: Path, data: dict, rows: list[dict]) -> None:
     """One validation per case: ours against max_memory_allocated, within 5 %."""
     from advisor.kb import store
+    from advisor.kb.open import open_for_writing
     from advisor.kb.store import Check
 
     checks = [
@@ -439,7 +440,7 @@ def record(db: Path, data: dict, rows: list[dict]) -> None:
         for r in rows
     ]
     machine = {"hardware": data["device"], "device": "cuda", "software": {"torch": data["torch"]}}
-    conn = store.open_for_writing(db)
+    conn = open_for_writing(db)
     store.add_validations(conn, machine, "paper", checks)
     conn.close()
     print(f"recorded {len(checks)} validations in {db}")

@@ -122,7 +122,8 @@ def deepspeed_states() -> list[dict]:
 
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitRequest, question
+    from advisor.prediction.fit_request import FitRequest
+    from advisor.prediction.question import question
     from advisor.prediction.sharding import zero_states
     from advisor.prediction.step import Config, n_params
     from advisor.rules import load_rules

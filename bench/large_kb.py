@@ -20,6 +20,7 @@ from machine import advisor_script  # bench/machine.py: the script's own folder 
 
 from advisor.kb import store
 from advisor.kb.identity import cell_key
+from advisor.kb.open import open_for_writing, release
 
 FAMILIES = {"vision": "vit", "encoder": "modernbert", "decoder": "llama", "vlm": "nanovlm"}
 OPTIMIZERS = ["sgd", "adam", "adagrad", "adadelta", "cgd"]
@@ -29,7 +30,7 @@ STRATEGIES = ["standard", "checkpointing", "accumulation", "checkpointing+accumu
 def generate(path: Path, n_runs: int, families: list[str], machines: int, chunk: int = 50_000) -> None:
     """n_runs ok runs with four figures each, written through the store in bulk, as `kb import` writes."""
     rng = random.Random(0)
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     cells = [
         (f, m, o, s) for f in families for m in range(machines) for o in OPTIMIZERS for s in set(STRATEGIES)
     ]
@@ -65,7 +66,7 @@ def generate(path: Path, n_runs: int, families: list[str], machines: int, chunk:
                 )
             )
         store.write_runs(conn, runs)
-    store.release(conn)
+    release(conn)
 
 
 def median_wall(cmd: list[str], rounds: int) -> float:

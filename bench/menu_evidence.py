@@ -16,9 +16,9 @@ import json
 
 from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
+from advisor.answers.comparison import equivalence_margin, reading
 from advisor.answers.evidence import Asked, GroupEvidence, select_group
-from advisor.answers.recommendation import equivalence_margin, reading
-from advisor.kb.reader import open_for_reading
+from advisor.kb.open import open_for_reading
 from advisor.rules import load_rules
 
 BASE = ("adamw", "standard")

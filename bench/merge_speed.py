@@ -32,6 +32,7 @@ from machine import (  # bench/machine.py: the script's own folder is on sys.pat
 
 from advisor.kb import store
 from advisor.kb.identity import cell_key
+from advisor.kb.open import open_for_writing, release
 
 TARGET = 0.15
 # As an install runs: bytecode cached (a sandbox's PYTHONDONTWRITEBYTECODE would recompile every module, every run)
@@ -74,10 +75,10 @@ def bench_run(tag: str, i: int, rng: random.Random) -> dict:
 def generate(path: Path, tag: str, n_runs: int, chunk: int = 5_000) -> None:
     """n_runs runs written through the store in bulk, as `kb import` writes them."""
     rng = random.Random(tag)
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     for first in range(0, n_runs, chunk):
         store.write_runs(conn, [bench_run(tag, i, rng) for i in range(first, min(n_runs, first + chunk))])
-    store.release(conn)
+    release(conn)
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:

@@ -14,7 +14,8 @@ import json
 from machine import device, versions  # bench/machine.py: the script's own folder is on sys.path
 
 from advisor.answers.evidence import GroupEvidence
-from advisor.kb.reader import evidence_groups, open_for_reading
+from advisor.kb.open import open_for_reading
+from advisor.kb.queries.groups import evidence_groups
 from advisor.rules import load_rules
 
 MUON, ADAMW = ("muon", "standard"), ("adamw", "standard")

@@ -7,7 +7,7 @@ On a fresh machine's footing (an empty user data folder, a fresh KB as --db; the
 always), the tiny grid is planned `--rounds` times in two ways, interleaved: as a user gets it, `advisor
 measure --preset tiny --plan --json` (past runs in every KB first: the shipped KB's where they were
 measured on this hardware, else a calibration timed now), and by a calibration alone (the API,
-`plan_cells(..., calibrate=True)`, in a child process as the command is). Then the grid is run for real
+`plan_cells(..., fresh=True)`, in a child process as the command is). Then the grid is run for real
 into the fresh KB, one cell at a time (`advisor measure --preset tiny --db KB`: the local executor, one
 worker). Printed per way of planning, min/median/max over the rounds: the planned total against the sum of
 the cells' wall times (claim to finish, as the KB keeps them, in whole seconds: what a plan prices), the
@@ -58,7 +58,7 @@ names, optimizers, strategies, preset, db = json.loads(sys.argv[1])
 rules = load_rules()
 models = reference_models(rules) if names == ["all"] else [resolve_model(n, rules) for n in names]
 cells = plan_grid(models, rules, optimizers, strategies, 1, RunConfig(preset=preset))
-print(json.dumps(plan_cells(cells, rules, None, [1], db=db, calibrate=True).as_dict()))
+print(json.dumps(plan_cells(cells, rules, None, [1], db=db, fresh=True).as_dict()))
 """
 
 

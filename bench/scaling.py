@@ -45,7 +45,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=25)
     args = parser.parse_args()
 
-    from advisor.measuring.planning.plan import hours, plan_cells
+    from advisor.measuring.planning.plan import plan_cells
+    from advisor.render.plan_views import hours
 
     configs, rules = full_grid(args.seeds, args.epochs, args.dtype)
     print(f"{len(configs)} cells ({args.dtype}, {args.epochs} epochs, {args.seeds} seeds)\n")

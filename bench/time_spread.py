@@ -19,7 +19,8 @@ from machine import device, versions  # bench/machine.py: the script's own folde
 
 from advisor.answers.evidence import Selector
 from advisor.answers.recommendation import recommend
-from advisor.kb.reader import group_values, open_for_reading
+from advisor.kb.open import open_for_reading
+from advisor.kb.queries.for_answers import group_values
 from advisor.rules import load_rules
 
 FAMILIES = ("vision", "encoder", "decoder", "vlm")

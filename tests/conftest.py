@@ -59,8 +59,8 @@ def traces_from_the_run(request, shared_traces, monkeypatch):
     if request.node.get_closest_marker("cold"):
         return
     from advisor.errors import KBError
-    from advisor.kb.reader import prediction_payloads
-    from advisor.kb.schema import connect_kb_readonly
+    from advisor.kb.open import connect_kb_readonly
+    from advisor.kb.queries.for_prediction import prediction_payloads
     from advisor.prediction.cache import PredictionCache, keys_of, software
 
     own_get, own_put = PredictionCache.get, PredictionCache.put

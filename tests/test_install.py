@@ -29,7 +29,7 @@ def test_wheel_install_finds_kb_and_rules(tmp_path):
     code = (
         "import sys; sys.argv = ['advisor', 'recommend', '--arch', 'encoder', '--optimize', 'memory', '--json']\n"
         "from advisor.cli import cli\ntry:\n cli()\nexcept SystemExit as e:\n assert not e.code, e.code\n"
-        "import advisor.kb.reader as k; print('KB', k.shipped_kb_path())"
+        "import advisor.kb.open as k; print('KB', k.shipped_kb_path())"
     )
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "XDG_DATA_HOME": str(tmp_path / "data")}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -15,9 +15,10 @@ from advisor import rules_schema
 from advisor.answers.evidence import GroupEvidence
 from advisor.answers.recommendation import recommend
 from advisor.errors import RulesError
-from advisor.kb.reader import evidence_groups
+from advisor.kb.queries.groups import evidence_groups
 from advisor.places import shipped_rules_dir
-from advisor.rules import load_rules, read_rules_file
+from advisor.rules import load_rules
+from advisor.rules_files import read_rules_file
 from advisor.rules_schema import SCHEMAS, Problem, check, line_of
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from advisor.errors import RulesError
 from advisor.places import shipped_rules_dir, user_rules_dir
-from advisor.rules import extended, load_rules
+from advisor.rules import load_rules
+from advisor.rules_files import extended
 
 
 def test_a_users_model_type_joins_a_family(invoke, tmp_path):

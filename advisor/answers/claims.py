@@ -12,9 +12,10 @@ from advisor.answers.evidence import GroupEvidence, Stat, select_group
 from advisor.answers.flowchart import walk
 from advisor.answers.recommendation import Answer, Entry, recommend
 from advisor.errors import NoEvidence, RulesError
-from advisor.kb.reader import Group
+from advisor.kb.queries.groups import Group
 from advisor.places import shipped_rules_dir
-from advisor.rules import Rules, read_rules_file
+from advisor.rules import Rules
+from advisor.rules_files import read_rules_file
 
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "not enough evidence"
 NOT_COMPARABLE = "not comparable"  # the evidence was measured under another protocol than the claim's

@@ -10,19 +10,17 @@ from dataclasses import dataclass
 from advisor.answers import stats
 from advisor.answers.stats import TTest, finite, paired_t, relative_difference, welch_t
 from advisor.errors import NoEvidence
-from advisor.kb.reader import (
+from advisor.kb.queries.for_answers import (
     Aggregate,
     Cell,
-    Group,
     PairSums,
-    evidence_groups,
     group_aggregates,
     group_cells,
     group_pairs,
-    group_ref,
     groups_measuring,
     rate_choice,
 )
+from advisor.kb.queries.groups import Group, evidence_groups, group_ref
 from advisor.rules import Rules
 
 CONFIDENCE = 0.95
@@ -495,3 +493,27 @@ class GroupEvidence:
                 ):
                     out[key] = f"diverged, in its source's own words: {d['reason']}"
         return out
+
+
+def scale_statement(rules: Rules, asked: int | None, group: Group, predicted: bool) -> dict | None:
+    """The scale of the question against the evidence's, always stated where both are known: the ratio, and
+    what it means for this ranking (a warning beyond rules' `scale_warning_ratio`, unless the ranking is
+    advisor fit's prediction for the user's model itself)."""
+    if not asked or not group.n_params:
+        return None
+    ratio = asked / group.n_params
+    far = max(ratio, 1 / ratio) >= rules.flowchart["evidence"]["scale_warning_ratio"]
+    x = max(ratio, 1 / ratio)
+    times = f"{x:,.0f}× " if x >= 10 else f"{x:.1f}× "
+    times += "larger" if ratio >= 1 else "smaller"
+    text = (
+        f"Scale: the question is about {params_text(asked)} parameters, the evidence's {group.model} has "
+        + (f"{params_text(group.n_params)} ({times})")
+    )
+    if predicted:
+        text += ": this ranking is advisor fit's prediction for the model asked about, not the evidence's"
+    elif far:
+        text += ": a ranking measured at one scale need not hold at the other"
+    return dict(
+        question=asked, evidence=group.n_params, ratio=ratio, warning=far and not predicted, text=text
+    )

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 
 from advisor.answers.evidence import GroupEvidence, select_group
 from advisor.answers.pareto import FrontierPoint, pareto_view
-from advisor.kb.reader import Cell, Group
+from advisor.kb.queries.for_answers import Cell
+from advisor.kb.queries.groups import Group
 from advisor.rules import Rules, load_rules
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from advisor.answers.evidence import GroupEvidence, params_text
 from advisor.answers.trend import scale_chains
-from advisor.kb.reader import Group, group_values
+from advisor.kb.queries.for_answers import group_values
+from advisor.kb.queries.groups import Group
 from advisor.rules import Rules
 
 METRICS = ("loss", "time", "memory")  # the metrics a grid at two scales is compared on

@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from advisor.answers.evidence import GroupEvidence, params_text
-from advisor.kb.reader import Group, evidence_groups
+from advisor.kb.queries.groups import Group, evidence_groups
 from advisor.rules import Rules
 
 TUNING_SOURCES = ("measured:tuning",)  # runs that chose rates (a run per rate, not per seed) are not evidence

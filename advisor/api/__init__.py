@@ -16,16 +16,39 @@ The package, a job to a module: advice (recommend, RecommendRequest, open_kb), f
 (measure, plan, pretrain), report (the report's fit section, traced_fits), inputs (the checks they share).
 """
 
-# `name as name`: what the code imports from here beyond __all__ (which stays what `import *` took before)
-from advisor.api.advice import RecommendRequest, open_kb, recommend
-from advisor.api.advice import recommend_request as recommend_request
-from advisor.api.fits import MEASURE_SIDE as MEASURE_SIDE
-from advisor.api.fits import fit
-from advisor.api.fits import require_measure_side as require_measure_side
-from advisor.api.measurement import measure, plan
-from advisor.api.measurement import pretrain as pretrain
-from advisor.api.report import REPORT_GPUS as REPORT_GPUS
-from advisor.api.report import traced_fits
-from advisor.prediction.question import FitRequest
+# Each name is imported from its module on first use (PEP 562), so that `advisor recommend` does not pay for
+# fit's, measure's and the report's imports: name -> the module of advisor/api/ that defines it.
+_HOMES = {
+    "RecommendRequest": "advice",
+    "open_kb": "advice",
+    "recommend": "advice",
+    "recommend_request": "advice",
+    "MEASURE_SIDE": "fits",
+    "fit": "fits",
+    "require_measure_side": "fits",
+    "measure": "measurement",
+    "plan": "measurement",
+    "pretrain": "measurement",
+    "REPORT_GPUS": "report",
+    "traced_fits": "report",
+    "write_report": "report",
+}
+
+
+def __getattr__(name: str):
+    if name == "FitRequest":
+        from advisor.prediction.fit_request import FitRequest  # the request fit and recommend's menu take
+
+        return FitRequest
+    if name not in _HOMES:
+        raise AttributeError(f"module 'advisor.api' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"advisor.api.{_HOMES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, "FitRequest"})
+
 
 __all__ = ["FitRequest", "RecommendRequest", "fit", "measure", "open_kb", "plan", "recommend", "traced_fits"]

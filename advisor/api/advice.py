@@ -6,15 +6,14 @@ import sqlite3
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from advisor.api.fits import fit
-from advisor.api.inputs import PathLike, _check_names, _family, _given, _model, _path, _shown, _typed
+from advisor.api.inputs import PathLike, _check_names, _family, _flag, _given, _model, _path, _shown, _typed
 from advisor.errors import InputError
 from advisor.fields import default_of, option
-from advisor.kb.reader import group_id_of, open_for_reading
+from advisor.kb.open import open_for_reading
+from advisor.kb.queries.groups import group_id_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.accelerators import GB_PER_GIB
-from advisor.prediction.accelerators import resolve as resolve_accelerator
-from advisor.prediction.question import FitRequest, check_numbers, installed, mixed_dtype
+from advisor.prediction.fit_request import FitRequest, check_numbers
 from advisor.rules import Rules, load_rules
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 def open_kb(db: PathLike | None = None) -> sqlite3.Connection:
     """A read-only connection to the KB answers come from: `db` alone, else $ADVISOR_DB, else the shipped KB
     read together with the user's (`advisor kb path`)."""
-    return open_for_reading(_path(db, "--db"))
+    return open_for_reading(_path(db, "db"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +104,7 @@ def recommend(
 
     given = {"arch": arch, "optimize": optimize}  # positionally, as advisor.recommend("encoder", "loss")
     request = recommend_request(request, {**keywords, **{k: v for k, v in given.items() if v is not None}})
-    db = _path(db, "--db")
+    db = _path(db, "db")
     if conn is not None and not isinstance(conn, sqlite3.Connection):
         raise InputError(f"conn must be a connection of advisor.open_kb(), not {_shown(conn)}.")
     rules = load_rules()
@@ -159,13 +158,13 @@ def _checked(request: RecommendRequest, rules: Rules) -> tuple[ResolvedModel | N
         raise InputError("pass exactly one of arch (--arch FAMILY) and model (--model NAME).")
     menu = request.fit
     if menu.gpu and request.model is None:
-        raise InputError("--gpu predicts what fits your model: pass --model too.", "--gpu")
+        raise InputError("--gpu predicts what fits your model: pass --model too.", "gpu")
     _check_names(
         rules, request.optimize, (*request.optimizers, *request.exclude_optimizers), request.strategies
     )
     check_numbers(request.fit)  # --memory excludes measured configurations with a model or without one
     if request.max_time is not None and request.max_time < 0:
-        raise InputError(f"--max-time must be 0 seconds or more (got {request.max_time!r}).", "--max-time")
+        raise InputError(f"--max-time must be 0 seconds or more (got {request.max_time!r}).", "max_time")
     _group_row(request.group)
     _mine(request.evidence)
     resolved = _model(request.model, rules) if request.model is not None else None
@@ -175,10 +174,10 @@ def _checked(request: RecommendRequest, rules: Rules) -> tuple[ResolvedModel | N
         name for name in (*MENU_FLAGS, *others) if getattr(menu, name) != default_of(FitRequest, name)
     ]
     if narrowing and (resolved is None or not (menu.gpu or menu.memory is not None)):
-        flag = {"adapters": "--adapter", "shardings": "--sharding"}.get(narrowing[0])
-        flag = flag or "--" + narrowing[0].replace("_", "-")
+        flag = _flag(narrowing[0])
         raise InputError(
-            f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).", flag
+            f"{flag} narrows the prediction for your model: pass --model with --gpu (or --memory).",
+            narrowing[0],
         )
     return resolved, family
 
@@ -193,6 +192,11 @@ def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules:
     menu = request.fit
     if resolved is None or not (menu.gpu or menu.memory is not None):
         return None, None
+    # the prediction: only with a model and an accelerator, never on the path of an answer from evidence alone
+    from advisor.api.fits import fits
+    from advisor.prediction.accelerators import resolve as resolve_accelerator
+    from advisor.prediction.menu import installed, mixed_dtype
+
     acc = resolve_accelerator(menu.gpu, rules) if menu.gpu else None
     # every optimizer the evidence may hold (the family's grid and the menu's, measured beside it)
     grid = tuple(
@@ -213,11 +217,11 @@ def _predicted(request: RecommendRequest, resolved: ResolvedModel | None, rules:
         **{name: getattr(menu, name) for name in STEP_FIELDS},  # the step the user trains with
     )
     narrowed = _narrowed(menu, rules, request.optimizers, request.exclude_optimizers, request.strategies)
-    return fit(resolved, cells), fit(resolved, narrowed)
+    return tuple(fits(resolved, (cells, narrowed), rules))  # one fit: one cache, the model resolved once
 
 
 def _constraints(request: RecommendRequest, fitted, menu_answer):
-    from advisor.answers.recommendation import Constraints  # the evidence side: not on fit's path
+    from advisor.answers.constraints import Constraints  # the evidence side: not on fit's path
 
     memory = request.fit.memory
     return Constraints(
@@ -242,6 +246,8 @@ def _narrowed(
 ) -> FitRequest:
     """advisor fit's menu for recommend's prediction, with its --optimizer, --exclude-optimizer and --strategy
     applied (the measured strategies as the configurations of advisor fit they are)."""
+    from advisor.prediction.menu import installed  # with _predicted, only where a model is predicted
+
     if excluded and not optimizers:
         menu_names = [n for n, o in rules.optimizer_info.items() if o.menu and installed(rules, n)]
         optimizers = tuple(n for n in menu_names if n not in excluded)
@@ -282,12 +288,12 @@ def _group_row(group: str | int | None) -> int | None:
         raise InputError(
             f"--group {group!r} is not a group id: pass one as `advisor kb stats` or 'Other evidence' lists it "
             "(a number, or u and a number for a group of your own KB).",
-            "--group",
+            "group",
         )
     return row
 
 
 def _mine(evidence: str) -> bool:
     if evidence not in EVIDENCE:
-        raise InputError(f"--evidence {evidence!r}: choose {' or '.join(EVIDENCE)}.", "--evidence")
+        raise InputError(f"--evidence {evidence!r}: choose {' or '.join(EVIDENCE)}.", "evidence")
     return evidence == "mine"

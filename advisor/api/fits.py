@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from advisor.api.inputs import PathLike, _given, _model, _path, _typed
 from advisor.errors import Error, InputError
 from advisor.model_ref import ResolvedModel
-from advisor.prediction.question import FitRequest, question
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.question import question
 from advisor.rules import Rules, load_rules
 
 if TYPE_CHECKING:
@@ -37,27 +38,37 @@ def fit(
     if unknown:
         raise InputError(f"advisor.fit takes no {', '.join(unknown)}.")
     rules = load_rules()
+    request = _typed(replace(_given(request, FitRequest, "advisor.fit"), **options))
+    db = _path(db, "db")
+    return fits(_model(model, rules), (request,), rules, db, say)[0]
+
+
+def fits(
+    resolved: ResolvedModel, requests: tuple[FitRequest, ...], rules: Rules, db=None, say=None
+) -> list[FitAnswer]:
+    """advisor fit's answers to several requests on one resolved model, over one open cache: `recommend --model`
+    asks two (the evidence's cells and the menu) in one fit."""
     # the prediction's cache and levers: not on the path of answers from evidence alone
     from advisor.prediction import ranking
     from advisor.prediction.answer import usable_gb
     from advisor.prediction.cache import open_cache
 
-    request = _typed(replace(_given(request, FitRequest, "advisor.fit"), **options))
-    db = _path(db, "--db")
-    resolved = _model(model, rules)
-    q = question(resolved, request, rules)
     cache = open_cache(db)
     try:
-        answer = _answered(q, rules, cache, say)
-        if ranking.needed(q, answer.rows, request, rules):
+        answers = []
+        for request in requests:
+            q = question(resolved, request, rules)
+            answer = _answered(q, rules, cache, say)
+            if ranking.needed(q, answer.rows, request, rules):
 
-            def ask(lever: FitRequest, name: str):
-                asked = question(resolved, lever, rules, accelerator=q.accelerator)
-                heard = say and (lambda line: say(f"nothing as asked fits; the lever {name}: {line}"))
-                return asked, _answered(asked, rules, cache, heard)
+                def ask(lever: FitRequest, name: str, q=q):
+                    asked = question(resolved, lever, rules, accelerator=q.accelerator)
+                    heard = say and (lambda line: say(f"nothing as asked fits; the lever {name}: {line}"))
+                    return asked, _answered(asked, rules, cache, heard)
 
-            answer.levers = ranking.pulled(q, answer.rows, request, rules, usable_gb(q, rules), ask)
-        return answer
+                answer.levers = ranking.pulled(q, answer.rows, request, rules, usable_gb(q, rules), ask)
+            answers.append(answer)
+        return answers
     finally:
         cache.close()
 

@@ -33,7 +33,7 @@ def _model(name: str | os.PathLike | ResolvedModel, rules: Rules) -> ResolvedMod
     if not isinstance(name, str):
         raise InputError(
             f"--model must be a model's name, folder or Hugging Face id (a str or a path), not {_shown(name)}.",
-            "--model",
+            "model",
         )
     return resolve_model(name, rules)
 
@@ -47,22 +47,22 @@ def _family(arch: str, rules: Rules) -> str:
         return rules.family(arch).name
     except KeyError:
         raise InputError(
-            f"unknown architecture {arch!r}. Choose from: {', '.join(rules.family_choices())}.", "--arch"
+            f"unknown architecture {arch!r}. Choose from: {', '.join(rules.family_choices())}.", "arch"
         ) from None
 
 
 def _check_names(rules: Rules, metric: str, optimizers: tuple, strategies: tuple) -> None:
     if metric not in rules.metrics:
-        raise InputError(f"unknown metric {metric!r}. Choose from: {', '.join(rules.metrics)}.", "--optimize")
+        raise InputError(f"unknown metric {metric!r}. Choose from: {', '.join(rules.metrics)}.", "optimize")
     for name in optimizers:
         if name not in rules.optimizers:
             raise InputError(
-                f"unknown optimizer {name!r}. Choose from: {', '.join(rules.optimizers)}.", "--optimizer"
+                f"unknown optimizer {name!r}. Choose from: {', '.join(rules.optimizers)}.", "optimizers"
             )
     for name in strategies:
         if name not in rules.strategies:
             raise InputError(
-                f"unknown strategy {name!r}. Choose from: {', '.join(rules.strategies)}.", "--strategy"
+                f"unknown strategy {name!r}. Choose from: {', '.join(rules.strategies)}.", "strategies"
             )
 
 
@@ -75,6 +75,11 @@ FLAGS = {
     "exclude_optimizers": "--exclude-optimizer",
     "strategies": "--strategy",
 }  # the option of a field whose flag is not its name with dashes
+
+
+def _flag(field: str) -> str:
+    """How a sentence names a field: as the command line spells it, which the API's errors share."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
 def _typed(request):
@@ -92,8 +97,7 @@ def _typed(request):
         if isinstance(value, str | list) and _is_tuple(hint) and not _fits(value, hint):
             value = fixed[f.name] = (value,) if isinstance(value, str) else tuple(value)
         if not _fits(value, hint):
-            flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
-            raise InputError(f"{flag} must be {_described(hint)}, not {_shown(value)}.", flag)
+            raise InputError(f"{_flag(f.name)} must be {_described(hint)}, not {_shown(value)}.", f.name)
         if is_dataclass(value) and not isinstance(value, type) and not isinstance(value, ResolvedModel):
             fixed[f.name] = _typed(value)
     return replace(request, **fixed) if fixed else request
@@ -141,8 +145,8 @@ def _shown(value) -> str:
     return f"{text[:60]}{'…' if len(text) > 60 else ''} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
 
 
-def _path(value, flag: str):
-    """A path the caller names (a str or an os.PathLike), or None; InputError naming the option otherwise."""
+def _path(value, field: str):
+    """A path the caller names (a str or an os.PathLike), or None; InputError naming the field otherwise."""
     if value is None or isinstance(value, str | os.PathLike):
         return value
-    raise InputError(f"{flag} must be a path (a str or an os.PathLike), not {_shown(value)}.", flag)
+    raise InputError(f"{_flag(field)} must be a path (a str or an os.PathLike), not {_shown(value)}.", field)

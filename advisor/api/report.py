@@ -1,14 +1,17 @@
-"""advisor report's fit section: advisor fit's answers from the traces a KB holds, on the report's GPUs."""
+"""`advisor report` in Python (write_report), and its fit section: advisor fit's answers from the traces a KB
+holds, on the report's GPUs (traced_fits)."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.errors import Error
 from advisor.model_ref import ResolvedModel, resolve_model
-from advisor.prediction.question import FitRequest, question
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.question import question
 from advisor.rules import Accelerator, FamilyRecord, Rules, load_rules
 
 if TYPE_CHECKING:
@@ -17,6 +20,24 @@ if TYPE_CHECKING:
 
 # The report's fit section, unless --gpu says: a 24 GB desk card and the two 80 GB datacentre ones
 REPORT_GPUS = ("rtx4090", "a100-80gb", "h100-80gb")
+
+
+def write_report(
+    conn: sqlite3.Connection,
+    out: Path,
+    source: str | None = None,
+    kb: str = "the knowledge base",
+    gpus: tuple[Accelerator, ...] = (),
+) -> Path:
+    """`advisor report` in Python: the static site of the KB at `conn` (`source`: its evidence from that
+    source alone; `kb`: how the page names it) written into the folder `out`, with advisor fit's answers on
+    `gpus` (default REPORT_GPUS); returns its index.html. The KB's answers are gathered first
+    (advisor.answers.report_data), then drawn (advisor.render.site). Needs the plots extra."""
+    from advisor.answers.report_data import gather_report
+    from advisor.render.site import write_site  # Jinja2 and the charts: the plots extra
+
+    rules = load_rules()
+    return write_site(gather_report(conn, rules, source, lambda: traced_fits(conn, gpus)), out, rules, kb)
 
 
 def traced_fits(conn: sqlite3.Connection, gpus: tuple[Accelerator, ...] = ()) -> list[TracedFits]:

@@ -89,8 +89,7 @@ def recommend(db, as_json, verbose, **options):
     """
     conn = reading_kb(db, options["source"])
     # the short answer names no other group's pick: ranking the others is for --verbose and --json
-    asked = api.recommend_request(None, {**options, "compare_groups": verbose or as_json})
-    answer = api.recommend(request=asked, conn=conn)
+    answer = api.recommend(conn=conn, **options, compare_groups=verbose or as_json)
     rules = load_rules()
     if as_json:
         echo_json(answer.as_dict(rules))

@@ -25,7 +25,7 @@ from advisor.cli.params import (
 )
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
-from advisor.prediction.question import FitRequest
+from advisor.prediction.fit_request import FitRequest
 from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 

@@ -25,10 +25,10 @@ from advisor.cli.params import (
 )
 from advisor.errors import KBError
 from advisor.files import replace_file
-from advisor.kb import reader
 from advisor.kb.build import build_kb, check_target, import_file, merge_kbs
 from advisor.kb.export import runs_csv, runs_json
-from advisor.kb.store import open_for_writing, release, whole_before_migrating
+from advisor.kb.open import check_kb, kbs_read, open_for_writing, release, whole_before_migrating
+from advisor.kb.queries import for_report
 from advisor.render.views import runs_view, stats_view
 from advisor.rules import load_rules
 
@@ -55,7 +55,7 @@ def stats(db, as_json):
     Example:
         advisor kb stats --json
     """
-    result = reader.stats(reading_kb(db))
+    result = for_report.stats(reading_kb(db))
     if as_json:
         echo_json(result)
     else:
@@ -78,7 +78,7 @@ def runs(family, source, status, limit, db, as_json):
         advisor kb runs --family vision --source paper
     """
     conn = reading_kb(db, source)
-    rows = reader.list_runs(conn, family=family, source=source, status=status, limit=limit)
+    rows = for_report.list_runs(conn, family=family, source=source, status=status, limit=limit)
     if as_json:
         echo_json(rows)
     else:
@@ -111,10 +111,12 @@ def export(fmt, source, output, force, db):
     """
     output_file(output, force, "-o")
     conn = reading_kb(db, source)
-    data = reader.export_runs(conn, source=source)
+    data = for_report.export_runs(conn, source=source)
     # validations belong to hardware, not to a source: a whole-KB export carries them
     text = (
-        runs_csv(data) if fmt == "csv" else runs_json(data, [] if source else reader.export_validations(conn))
+        runs_csv(data)
+        if fmt == "csv"
+        else runs_json(data, [] if source else for_report.export_validations(conn))
     )
     if output:
         replace_file(output, text.encode("utf-8"))  # in one step, a link at the name replaced: never followed
@@ -272,10 +274,10 @@ def check(db):
         advisor kb check
         advisor kb check --db colleague.sqlite
     """
-    paths = [places.resolve_db_path(db)] if db or os.environ.get("ADVISOR_DB") else reader.kbs_read()
+    paths = [places.resolve_db_path(db)] if db or os.environ.get("ADVISOR_DB") else kbs_read()
     bad = 0
     for kb_path in paths:
-        problems = reader.check_kb(kb_path)
+        problems = check_kb(kb_path)
         bad += bool(problems)
         click.echo(
             f"{kb_path}: "

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import click
@@ -27,11 +29,15 @@ from advisor.cli.params import (
 )
 from advisor.errors import KBError
 from advisor.fields import help_of
-from advisor.kb.reader import USER_ID_OFFSET, group_ref, run_groups
+from advisor.kb.queries.for_planning import run_groups
+from advisor.kb.queries.groups import USER_ID_OFFSET, group_ref
 from advisor.measuring.recipe.config import PROTOCOLS, RunConfig
-from advisor.measuring.request import EXECUTORS, MeasureRequest, request
-from advisor.measuring.training.progress import counted, failure_causes, reporter_for, summary_table
+from advisor.measuring.request import EXECUTORS, MeasureRequest
+from advisor.measuring.training.progress import failure_causes
 from advisor.places import shipped_rules_dir
+from advisor.render.grid_views import closing_lines, nothing_measured_sentence, summary_table, tuned_table
+from advisor.render.plan_views import plan_view
+from advisor.render.progress_views import reporter_for
 from advisor.render.views import validation_view
 from advisor.rules import load_rules
 
@@ -115,36 +121,40 @@ def measure(models, plan_only, workers, gpu, as_json, **options):
             raise click.BadParameter(
                 f"{flag} sizes a plan: add --plan (nothing is trained).", param_hint=f"'{flag}'"
             )
-    require_measure_side()
-    rules, asked = load_rules(), request(models, **options)
     if plan_only:
-        return show_plan(asked.price(rules, gpu, workers), as_json)
-    grid = asked.grid(rules, say=lambda line: click.echo(line, err=True))  # the data resolved, said first
-    show_measured(run_to_the_end(asked, grid, rules), options.get("db"), as_json)
+        return show_plan(api.plan(*models, gpu=gpu, workers=workers, **options), as_json)
+    show_measured(run_to_the_end(models, options), options.get("db"), as_json)
 
 
-def run_to_the_end(asked, grid, rules):
-    """The grid measured with progress bars on stderr; Ctrl-C says what was kept and exits 130. The worker
-    process starts before the bars do: it imports torch meanwhile, and writes nothing on this terminal."""
-    from advisor.measuring.grid.isolation import start_server  # torch: the measurement side
+def run_to_the_end(models, options):
+    """The grid measured (api.measure) with progress bars on stderr once its cells are known (the data
+    resolved and said first); Ctrl-C says what was kept and exits 130. The worker process starts before the
+    bars do: it imports torch meanwhile, and writes nothing on this terminal."""
+    known = []  # the grid, once api.measure has made it: where an interrupted grid's cells are kept
 
-    if asked.executor == "local" and grid.cells:
-        start_server(rules)
+    def bars(grid, stack: ExitStack):
+        known.append(grid)
+        return stack.enter_context(reporter_for(Console(stderr=True)))
+
     try:
-        with reporter_for(Console(stderr=True)) as reporter:
-            return asked.run(rules, reporter, grid=grid)
+        with ExitStack() as stack:
+            return api.measure(*models, say=_said, on_grid=lambda grid: bars(grid, stack), **options)
     except KeyboardInterrupt:
+        if not known:
+            raise
         click.echo(
-            f"Interrupted: finished cells are kept in {grid.path} and the running ones are recorded as "
+            f"Interrupted: finished cells are kept in {known[0].path} and the running ones are recorded as "
             "crashed; run the same command again to go on.",
             err=True,
         )
         sys.exit(130)
 
 
-def show_plan(plan, as_json: bool) -> None:
-    from advisor.measuring.planning.plan import plan_view  # torch: the measurement side
+def _said(line: str) -> None:
+    click.echo(line, err=True)
 
+
+def show_plan(plan, as_json: bool) -> None:
     if as_json:
         echo_json(plan.as_dict())
     else:
@@ -154,8 +164,6 @@ def show_plan(plan, as_json: bool) -> None:
 def show_measured(measured, db, as_json: bool) -> None:
     """The rates tuned, each cell's outcome, and what to ask next (or all of it as JSON). A grid where no
     cell ended ok and some failed or crashed ends with a sentence and exit code 1."""
-    from advisor.measuring.grid.tuning import tuned_table  # torch: the measurement side
-
     if as_json:
         echo_json(measured.as_dict())
         for cause in failure_causes(measured.results) if measured.nothing_measured else ():
@@ -164,40 +172,10 @@ def show_measured(measured, db, as_json: bool) -> None:
         if measured.tuned:
             console().print(tuned_table(measured.tuned))
         console().print(summary_table(measured.results))
-        click.echo(closing_lines(measured, db))
+        ask = partial(_measured_group, measured.grid, measured.results, db)
+        click.echo(closing_lines(measured, failure_causes(measured.results), ask))
     if measured.nothing_measured:
         raise click.ClickException(nothing_measured_sentence(measured))
-
-
-def closing_lines(measured, db) -> str:
-    """What a finished grid says last: the order's seed, the shard, one line per cause of failure, how many
-    ended ok, where, and what to ask (when there is something to ask about)."""
-    grid, results = measured.grid, measured.results
-    lines = [f"Cell order shuffled with --order-seed {measured.ran.order_seed} (recorded with every run)."]
-    if grid.shard is not None:
-        lines.append(
-            f"Shard {grid.shard}: {len(grid.cells)} of the grid's {counted(grid.planned, 'cell')}. When every "
-            "shard is done: advisor kb merge SHARD.sqlite ... --db ALL.sqlite"
-        )
-    lines += failure_causes(results)
-    if measured.nothing_measured:
-        return "\n".join(lines)
-    if measured.extra:
-        lines.append(f"--decide ran {counted(len(measured.extra), 'more seed cell')} for close calls.")
-    for call in measured.calls:  # what --decide left undecided
-        need = f"{call.needed} seeds per side would decide it" if call.needed else "no seed count decides it"
-        lines.append(
-            f"Still undecided, {call.family} {call.metric}: {' + '.join(call.other)} against the pick "
-            f"{' + '.join(call.pick)} at {call.seeds} seeds ({need})."
-        )
-    done = sum(r.status == "ok" for r in results)
-    first = grid.cells[0].config.model if grid.cells else "MODEL"
-    ask = f" Ask: advisor recommend --model {first} {_measured_group(grid, results, db)}"
-    lines.append(
-        f"{done} ok of {counted(len(results), 'cell')}, written to {grid.path}."
-        + (ask if any(r.status in ("ok", "skipped") for r in results) else "")
-    )
-    return "\n".join(lines)
 
 
 def _measured_group(grid, results, db) -> str:
@@ -210,19 +188,6 @@ def _measured_group(grid, results, db) -> str:
     if not groups:
         return "--source measured" + (f" --db {db}" if db else "")
     return f"--group {groups[0]} --db {db}" if db else f"--group {group_ref(groups[0] + USER_ID_OFFSET)}"
-
-
-def nothing_measured_sentence(measured) -> str:
-    """Why the command exits 1: no cell was measured; what to do, and where the tracebacks are."""
-    results = measured.results
-    kept = any(r.run_id is not None for r in results)
-    where = (
-        f"; each run's traceback is kept with it in {measured.grid.path} (advisor kb export)" if kept else ""
-    )
-    return (
-        f"no cell was measured ({counted(len(results), 'cell')} failed or crashed): fix the cause above, "
-        f"then run the same command again{where}."
-    )
 
 
 @click.command(context_settings=CONTEXT)

@@ -19,11 +19,12 @@ import click
 from advisor.api import RecommendRequest
 from advisor.errors import Error, InputError, RulesError, UnsupportedModel
 from advisor.fields import default_of, help_of
-from advisor.kb import reader
+from advisor.kb import open as kb_open
 from advisor.kb.migrations import STATUSES
+from advisor.kb.queries import groups
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
-from advisor.prediction.question import NUMBERS, WHOLE, FitRequest
+from advisor.prediction.fit_request import NUMBERS, WHOLE, FitRequest
 from advisor.prediction.step import (
     ADAPTERS,
     ATTENTIONS,
@@ -62,6 +63,16 @@ class RulesProblem(click.ClickException):
     exit_code = 2
 
 
+def flag_of(field: str) -> str:
+    """The flag of the running command that sets a request's field (an InputError names the field): the one
+    place a field becomes a flag. A field no option of the command sets is spelled with dashes."""
+    ctx = click.get_current_context(silent=True)
+    for param in ctx.command.params if ctx else ():
+        if param.name == field and isinstance(param, click.Option):
+            return max(param.opts, key=len)
+    return "--" + field.replace("_", "-")
+
+
 def domain_errors(fn):
     """advisor's errors as the command line says them: a bad option (InputError) is a usage error, exit code
     2, naming the option; anything else one sentence, exit code 1. Never a traceback for the user's mistake."""
@@ -71,9 +82,9 @@ def domain_errors(fn):
         try:
             return fn(*args, **kwargs)
         except InputError as e:
-            if e.param is None:
+            if e.field is None:
                 raise click.UsageError(str(e)) from e
-            raise click.BadParameter(str(e), param_hint=f"'{e.param}'") from e
+            raise click.BadParameter(str(e), param_hint=f"'{flag_of(e.field)}'") from e
         except RulesError as e:
             raise RulesProblem(str(e)) from e
         except Error as e:
@@ -88,7 +99,7 @@ def domain_errors(fn):
 
 def sqlite_error(e: sqlite3.DatabaseError) -> str:
     """An SQLite error met mid-command, as one sentence naming the KBs read and what to do."""
-    kbs = " and ".join(reader.READING) or "the knowledge base"
+    kbs = " and ".join(kb_open.READING) or "the knowledge base"
     if TIMED_OUT in str(e):
         return str(timed_out(kbs, e))
     return (
@@ -204,13 +215,13 @@ class FiniteFloat(click.FloatRange):
 
 
 def whole(name: str) -> click.IntRange:
-    """The click type of FitRequest's whole number `name`, from its range declared once (question.WHOLE)."""
+    """The click type of FitRequest's whole number `name`, from its range declared once (fit_request.WHOLE)."""
     _, least, most, _ = WHOLE[name]
     return click.IntRange(min=least, max=most)
 
 
 def number(name: str) -> FiniteFloat:
-    """The click type of FitRequest's number `name`, from its range declared once (question.NUMBERS)."""
+    """The click type of FitRequest's number `name`, from its range declared once (fit_request.NUMBERS)."""
     _, least, most, open_low, _ = NUMBERS[name]
     return FiniteFloat(min=least, max=most, min_open=open_low)
 
@@ -424,7 +435,7 @@ def output_file(path: Path | None, force: bool, option: str, replaces_kb: bool =
         kept[Path(os.environ["ADVISOR_DB"])] = "the KB $ADVISOR_DB names"
     problem = output_problem(Path(path), force, kept, replaces_kb)
     if problem:
-        raise InputError(problem, option)
+        raise click.BadParameter(problem, param_hint=f"'{option}'")
 
 
 # --- the measurement side, and reading ------------------------------------------------------------------
@@ -434,8 +445,8 @@ def check_source(conn, source: str | None) -> None:
     """--source must name a source kind or a source present in the KB (exit 2 otherwise)."""
     if source is None:
         return
-    present = reader.sources(conn)
-    choices = sorted(set(reader.SOURCE_KINDS) | set(present))
+    present = groups.sources(conn)
+    choices = sorted(set(groups.SOURCE_KINDS) | set(present))
     if source not in choices:
         raise click.BadParameter(
             f"unknown source {source!r}. Choose from: {', '.join(choices)}.", param_hint="'--source'"
@@ -444,6 +455,6 @@ def check_source(conn, source: str | None) -> None:
 
 def reading_kb(db, source: str | None = None):
     """The KB to answer from, read-only, with --source checked against it."""
-    conn = reader.open_for_reading(db)
+    conn = kb_open.open_for_reading(db)
     check_source(conn, source)
     return conn

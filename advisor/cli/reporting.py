@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from advisor import api
 from advisor.cli.params import CONTEXT, db_option, domain_errors, output_file, reading_kb, source_option
 from advisor.errors import InputError
 from advisor.places import places
@@ -185,11 +184,12 @@ def report(out_dir, force, gpus, source, db):
         advisor report --out docs/ --force
     """
     charts_module()  # say what is missing before any work
-    from advisor.render.site import shown_path, write_site  # Jinja2 and the charts: the plots extra
+    from advisor.api.report import write_report
+    from advisor.render.site import shown_path  # Jinja2 and the charts: the plots extra
 
     check_folder(out_dir)
     check_own_folder(out_dir, force)
     label = kb_label(db, shown_path)
     conn = reading_kb(db, source)
-    index = write_site(conn, out_dir, load_rules(), source, label, lambda: api.traced_fits(conn, gpus))
+    index = write_report(conn, out_dir, source, label, gpus)
     click.echo(f"Wrote {index}: open it in a browser (no server needed).")

@@ -48,7 +48,8 @@ from transformers import TrainerCallback
 
 from advisor.errors import KBError
 from advisor.kb import lease, store
-from advisor.kb.reader import USER_ID_OFFSET, group_ref
+from advisor.kb.open import open_for_writing, release
+from advisor.kb.queries.groups import USER_ID_OFFSET, group_ref
 from advisor.measuring.machine.hardware import describe, pid_alive
 from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
@@ -132,7 +133,7 @@ class AdvisorCallback(TrainerCallback):
         try:
             if self.refused:
                 raise KBError(self.refused)
-            self.conn = store.open_for_writing(self.path)
+            self.conn = open_for_writing(self.path)
             lease.mark_crashed(self.conn, pid_alive)
             with store.transaction(self.conn):
                 self.run_id = store.insert_run(
@@ -155,7 +156,7 @@ class AdvisorCallback(TrainerCallback):
                 "AdvisorCallback(db=PATH) a file you can write."
             )
             if self.conn is not None:
-                store.release(self.conn)
+                release(self.conn)
             self.conn, self.run_id, self.heartbeat = None, None, None
             return False
 
@@ -228,7 +229,7 @@ class AdvisorCallback(TrainerCallback):
                 store.finish_run(self.conn, run_id, status, error, metrics)
                 group = store.run_group(self.conn, run_id)
             finally:
-                store.release(self.conn)
+                release(self.conn)
                 self.conn = None
         if self.main:
             tqdm.write(self._recorded(run_id, group, status), file=sys.stderr)

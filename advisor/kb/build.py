@@ -18,15 +18,16 @@ from advisor.errors import KBError
 from advisor.kb import admission, lease, store
 from advisor.kb.identity import run_uid
 from advisor.kb.ingest import read_export, read_figures, read_file, read_setup
-from advisor.kb.reader import export_validations, iter_runs, sources
-from advisor.kb.schema import (
-    applied_migrations,
-    columns,
+from advisor.kb.open import (
     connect_file_readonly,
     connect_kb_readonly,
-    corrupt_error,
-    integrity_problems,
+    open_source,
+    open_to_compact,
+    writing,
 )
+from advisor.kb.queries.for_report import export_validations, iter_runs
+from advisor.kb.queries.groups import sources
+from advisor.kb.schema import applied_migrations, columns, corrupt_error
 from advisor.places import shipped_inputs_dir, shipped_kb_path
 from advisor.rules import Rules, load_rules
 
@@ -36,7 +37,7 @@ def import_file(db_path: Path, path: Path, rules: Rules, setup_path: Path | None
     transaction. Returns (added, skipped as already stored)."""
     runs, validations = read_file(path, rules, setup_path)
     Published.read().refuse(runs, f"{path}: ", "imported")
-    with store.writing(db_path) as conn:
+    with writing(db_path) as conn:
         return store.write_runs(conn, runs, validations)
 
 
@@ -72,7 +73,7 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
             sources.append((path, open_source(path)))  # each an advisor KB, whole, or a sentence
         _refuse_bad_runs(sources, db_path)
         out = Merged()
-        with store.writing(db_path) as conn:
+        with writing(db_path) as conn:
             staging = store.Staging(conn)
             try:
                 validations = _stage_sources(conn, staging, sources, db_path, out)
@@ -84,21 +85,6 @@ def merge_kbs(db_path: Path, files: list[Path]) -> Merged:
     finally:
         for _, src in sources:
             src.close()
-
-
-def open_source(path: Path) -> sqlite3.Connection:
-    """A KB to merge from, read-only: an advisor KB at this schema (no views, triggers or virtual tables),
-    every page sound, or a sentence."""
-    conn = connect_kb_readonly(path)
-    try:
-        damage = integrity_problems(conn)
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        raise corrupt_error(path, e) from e
-    if damage:
-        conn.close()
-        raise corrupt_error(path, ValueError(f"integrity check: {damage[0]}"))
-    return conn
 
 
 HELD_TABLES = (("runs", "id"), ("metrics", "run_id"), ("epochs", "run_id"))  # a run's rows, by its id
@@ -319,7 +305,7 @@ def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:
     tmp = out_path.parent / f".build-{os.getpid()}-{uuid.uuid4().hex[:8]}.sqlite"
     counts = {}
     try:
-        with store.writing(tmp) as conn:
+        with writing(tmp) as conn:
             for item in build_order(src):
                 if item.is_dir():
                     setup = read_setup(item / "setup.toml")
@@ -327,7 +313,7 @@ def build_kb(out_path: Path, rules: Rules, src: Path | None = None) -> dict:
                     counts[item.name] = store.write_runs(conn, runs)[0]
                 else:
                     counts[item.name] = store.write_runs(conn, *read_export(item, rules))[0]
-        with sqlite3.connect(tmp, isolation_level=None) as conn:  # one self-contained, compact file
+        with open_to_compact(tmp) as conn:  # one self-contained, compact file
             conn.execute("VACUUM")
         conn.close()
         os.replace(tmp, out_path)

@@ -142,10 +142,10 @@ def _wal_content(path: Path) -> list | None:
 @cache
 def checker() -> str:
     """The check as a digest: the schema it expects, the rules it holds rows to (the user's included), and
-    the code that checks (this module, schema.py, admission.py). A pass under another advisor or other
-    rules is not this check's pass."""
+    the code that checks (this module, open.py, schema.py, admission.py, queries/audit.py). A pass under
+    another advisor or other rules is not this check's pass."""
     digest = hashlib.sha256(repr((KNOWN_MIGRATIONS, load_rules())).encode())
-    for module in ("reader.py", "schema.py", "admission.py"):
+    for module in ("open.py", "schema.py", "admission.py", "queries/audit.py"):
         digest.update((Path(__file__).parent / module).read_bytes())
     return digest.hexdigest()
 

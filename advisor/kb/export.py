@@ -8,7 +8,7 @@ import csv
 import io
 import json
 
-from advisor.kb.reader import RUN_COLUMNS
+from advisor.kb.queries.for_report import RUN_COLUMNS
 
 # Provenance columns a CSV row repeats for each of its run's figures, then the figure's own columns.
 CSV_RUN_COLUMNS = tuple(

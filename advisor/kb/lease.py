@@ -20,7 +20,7 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb import store
-from advisor.kb.schema import BUSY_TIMEOUT_MS
+from advisor.kb.open import open_beside_writer
 from advisor.kb.store import FINAL, later, now, transaction
 
 LEASE_S = 120  # a running run's lease; its owner's heartbeat renews it every LEASE_S / 4
@@ -199,7 +199,7 @@ class Heartbeat:
         self.held.discard(run_id)
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = open_beside_writer(self.path)
         try:
             while not self._stop.wait(self.interval):
                 self.renew(conn)

@@ -1,14 +1,14 @@
-"""Opening a KB for reading, and the checks that refuse a file which is not a usable KB.
+"""The checks that refuse a file which is not a usable KB, and the sentences a KB's failures are said in.
 
-Writers open a KB through `advisor.kb.store.open_for_writing`, which applies the migrations (`advisor.kb.migrations`);
-the answer side reads through `connect_kb_readonly` (stdlib sqlite3 only). The checks serve both.
+Every KB is opened through `advisor.kb.open`: writers through `open_for_writing`, which applies the
+migrations (`advisor.kb.migrations`); the answer side through `connect_kb_readonly` (stdlib sqlite3 only).
+The checks serve both.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from functools import cache
 from pathlib import Path
 
@@ -18,72 +18,8 @@ from advisor.kb import migrations
 BUSY_TIMEOUT_MS = 30_000
 KNOWN_MIGRATIONS = list(migrations.MIGRATIONS)
 READ_TIMEOUT_S = 60.0  # the longest stretch of work a read may take ($ADVISOR_READ_TIMEOUT_S changes it)
-PROGRESS_EVERY = 20_000  # SQLite instructions between two looks at the clock (about a millisecond)
 HOSTILE = ("view", "trigger")  # schema objects advisor never creates: a KB holding one is not ours
 INTERNAL = ("sqlite_autoindex_", "sqlite_stat", "sqlite_sequence")  # SQLite's own objects, allowed
-
-
-def connect_kb_readonly(path: str | Path) -> sqlite3.Connection:
-    """Open a KB read-only with stdlib sqlite3 and check it is an advisor KB at this schema (what a reader
-    answers from; `connect_file_readonly` opens any SQLite file, unchecked)."""
-    path = Path(path)
-    check_readable(path)
-    if path.stat().st_size == 0:
-        raise KBError(
-            f"{path} is empty, not a knowledge base. Pass --db with an advisor KB, or build one with `advisor kb build -o`."
-        )
-    conn = connect_file_readonly(path)
-    try:
-        refuse_hostile(conn, path)
-        refuse_newer(conn, path)
-        applied = applied_migrations(conn)
-        if not applied:
-            raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
-        missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
-        if missing:
-            raise KBError(
-                f"{path} was written by an older advisor (schema lacks {', '.join(missing)}). "
-                f"Run `advisor kb migrate --db {path}` to upgrade it."
-            )
-        check_schema(conn, path)
-    except BaseException:
-        conn.close()
-        raise
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
-def connect_file_readonly(path: Path) -> sqlite3.Connection:
-    """A read-only connection to any SQLite file (mode=ro, else immutable), unchecked: it has read the schema
-    page (so a corrupt file fails here, with a sentence), nothing more (`connect_kb_readonly` checks a KB)."""
-    uri = path.resolve().as_uri()
-    try:
-        conn = guarded(sqlite3.connect(f"{uri}?mode=ro", uri=True))
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-    except sqlite3.OperationalError as e:
-        if not any(s in str(e).lower() for s in ("unable to open", "readonly", "read-only")):
-            raise KBError(f"cannot read {path}: {e}.") from e
-    except sqlite3.DatabaseError as e:
-        raise corrupt_error(path, e) from e
-    # A WAL-mode file in a folder we cannot write (an installed package, a read-only mount): SQLite can
-    # neither create the -shm file ("unable to open") nor write it ("attempt to write a readonly
-    # database"). Read the file as immutable instead: writers leave a KB they let go checkpointed.
-    conn = guarded(sqlite3.connect(f"{uri}?immutable=1", uri=True))
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
-        raise corrupt_error(path, e) from e
-    return conn
-
-
-def guarded(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """A connection that trusts nothing in a file's schema (`trusted_schema=OFF`: no function with side
-    effects runs from a view, trigger or index) and whose reads have a time bound (`TimeBound`)."""
-    conn.execute("PRAGMA trusted_schema = OFF")
-    conn.set_progress_handler(TimeBound(read_timeout()), PROGRESS_EVERY)
-    return conn
 
 
 def read_timeout() -> float:
@@ -93,25 +29,8 @@ def read_timeout() -> float:
         return READ_TIMEOUT_S
 
 
-class TimeBound:
-    """SQLite's progress handler: interrupts a stretch of work longer than `seconds` (SQLite then raises
-    'interrupted'). A stretch is work with no pause of IDLE_S between two calls: one query, or a command's
-    queries one after another; a connection held idle (the Python API's) starts a new stretch."""
-
-    IDLE_S = 1.0
-
-    def __init__(self, seconds: float):
-        self.seconds, self.start, self.last = seconds, 0.0, -1e9
-
-    def __call__(self) -> int:
-        now = time.monotonic()
-        if now - self.last > self.IDLE_S:
-            self.start = now
-        self.last = now
-        return int(now - self.start > self.seconds)
-
-
 TIMED_OUT = "interrupted"  # what SQLite says when the progress handler stops a query
+DISK_FULL = ("database or disk is full", "disk i/o error")
 
 
 def timed_out(path, e: Exception) -> KBError:
@@ -120,6 +39,13 @@ def timed_out(path, e: Exception) -> KBError:
     return KBError(
         f"reading {path} took longer than {read_timeout():g} s and was stopped ({e}): a KB that hostile or "
         f"that large is not read; run {check}`, or move it aside."
+    )
+
+
+def disk_full(path, e: Exception) -> KBError:
+    return KBError(
+        f"cannot write {path}: the disk is full ({e}). What was written before is intact: free some space, "
+        "or pass --db with a knowledge base on another disk."
     )
 
 
@@ -201,6 +127,23 @@ def refuse_hostile(conn: sqlite3.Connection, path, db: str = "main") -> None:
                 f"{path} is not an advisor KB: it holds {what} named {name!r:.60}, which advisor never creates, "
                 "so nothing is read from it. Move it aside, or pass --db with an advisor KB."
             )
+
+
+def refuse_unless_current(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file that is not an advisor KB at this schema: a view, trigger or virtual table, a newer or an
+    older schema, none recorded, tables or columns not exactly ours (what `connect_kb_readonly` checks)."""
+    refuse_hostile(conn, path)
+    refuse_newer(conn, path)
+    applied = applied_migrations(conn)
+    if not applied:
+        raise KBError(f"{path} is an SQLite file but not an advisor knowledge base (no schema recorded).")
+    missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
+    if missing:
+        raise KBError(
+            f"{path} was written by an older advisor (schema lacks {', '.join(missing)}). "
+            f"Run `advisor kb migrate --db {path}` to upgrade it."
+        )
+    check_schema(conn, path)
 
 
 def check_schema(conn: sqlite3.Connection, path, db: str = "main") -> None:

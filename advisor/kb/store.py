@@ -1,7 +1,8 @@
-"""Every write into a knowledge base goes through here: opening it for writing (migrations, WAL, busy
-timeout), the transaction helper, runs with their metrics and epochs (one at a time, or a whole file in
-bulk), validations and predictions. Claims of cells, their leases and heartbeat are `advisor.kb.lease`'s,
-written through this module's transactions.
+"""Every write into a knowledge base goes through here: the transaction helper, runs with their metrics and
+epochs (one at a time, or a whole file in bulk), validations and predictions. Opening a KB for writing
+(migrations, WAL, busy timeout) and letting it go are `advisor.kb.open`'s (`open_for_writing`, `writing`,
+`release`). Claims of cells, their leases and heartbeat are `advisor.kb.lease`'s, written through this
+module's transactions.
 
 Connections are autocommit (`isolation_level=None`); each write is one short `BEGIN IMMEDIATE`
 transaction, so several processes can share a KB (the write lock is taken up front, and waits for the
@@ -13,35 +14,18 @@ copy handed out or a read-only mount can be read without a `-shm` file.
 from __future__ import annotations
 
 import contextlib
-import errno
-import glob
 import json
-import os
-import secrets
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb import admission, migrations, summaries
+from advisor.kb import admission, summaries
 from advisor.kb.identity import cell_key, run_uid
 from advisor.kb.migrations import PROTOCOLS
-from advisor.kb.schema import (
-    BUSY_TIMEOUT_MS,
-    KNOWN_MIGRATIONS,
-    applied_migrations,
-    check_readable,
-    check_schema,
-    connect_file_readonly,
-    corrupt_error,
-    integrity_problems,
-    refuse_hostile,
-    refuse_newer,
-)
+from advisor.kb.schema import DISK_FULL, disk_full
 
 FINAL = (
     "ok",
@@ -50,7 +34,6 @@ FINAL = (
     "untrained",
 )  # outcomes a re-run would repeat; `failed`, `crashed` run again
 JSON_COLUMNS = ("software", "config")  # run columns stored as JSON text
-DISK_FULL = ("database or disk is full", "disk i/o error")
 
 
 def now() -> str:
@@ -59,210 +42,6 @@ def now() -> str:
 
 def later(seconds: float) -> str:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
-
-
-# --- opening and letting go ---------------------------------------------------------------------------
-
-
-def refuse_empty(path: Path) -> None:
-    """One rule for every writer (`kb migrate`, `calibrate`, `measure`, `kb import`, `fit`'s cache...): an
-    empty file is not a KB, and is never made one; KBError with what to do.
-
-    Refusing is the safer of the two rules (`calibrate` used to turn one into a KB, `kb migrate` to refuse
-    it): an empty file where a KB was named is a KB lost (truncated by a crash, a full disk, `> kb.sqlite`)
-    or another file than the user meant, and writing a new KB into it would hide both. advisor leaves none
-    of its own (`_create` makes a KB whole beside its name, then links it in), so this refuses no file of
-    advisor's, and what to do is one command."""
-    if path.is_file() and path.stat().st_size == 0:
-        raise KBError(
-            f"{path} is an empty file, not a knowledge base, and advisor makes a KB only where no file is: "
-            f"remove it (rm {path}) and run the command again, or pass --db with the KB you meant."
-        )
-
-
-def whole_before_migrating(path: Path) -> None:
-    """A KB `advisor kb migrate` may upgrade: not an empty file (refuse_empty: the rule of every writer) and
-    not damaged (a migration written over a corrupt page spreads it): KBError with what to do otherwise."""
-    refuse_empty(path)
-    check_readable(path)
-    ro = connect_file_readonly(path)
-    try:
-        problems = integrity_problems(ro, full=True)
-    except sqlite3.DatabaseError as e:
-        raise corrupt_error(path, e) from e
-    finally:
-        ro.close()
-    if problems:
-        raise corrupt_error(path, sqlite3.DatabaseError("; ".join(problems[:3])))
-
-
-def open_for_writing(path: str | Path) -> sqlite3.Connection:
-    """Open (creating if needed) a KB for writing: migrations applied, WAL, busy timeout, autocommit.
-
-    Refuses what is not an advisor KB: a folder, a device or pipe, a newer schema, and another
-    application's SQLite database (advisor never adds its tables to one)."""
-    path = Path(path)
-    if path.exists():
-        check_readable(path)
-        refuse_empty(path)
-        ro = connect_file_readonly(path)  # refuse before any pragma writes to it
-        try:
-            refuse_hostile(ro, path)  # a trigger would run as we write
-            refuse_newer(ro, path)
-            _refuse_foreign(ro, path)
-            if applied_migrations(ro) == KNOWN_MIGRATIONS:
-                check_schema(ro, path)
-        finally:
-            ro.close()
-    elif path.parent.exists() and not path.parent.is_dir():
-        raise KBError(
-            f"cannot create {path}: {path.parent} is a file, not a folder. Pass --db with a writable path."
-        )
-    elif not path.parent.exists():
-        raise KBError(f"cannot create {path}: folder {path.parent} does not exist.")
-    else:
-        _create(path)
-    try:
-        conn = sqlite3.connect(
-            path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
-        )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA trusted_schema = OFF")
-        _use_wal(conn)
-        refuse_newer(conn, path)
-        _migrate(conn)  # foreign keys off: a migration that rebuilds `runs` must not cascade its drop
-        conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.OperationalError as e:
-        raise _write_error(path, e) from e
-    except sqlite3.DatabaseError as e:
-        raise corrupt_error(path, e) from e
-    return conn
-
-
-def _create(path: Path) -> None:
-    """A new KB at `path`, made whole (every migration applied) in a temporary file beside it, then linked
-    into place: a process killed while creating it leaves no empty or schema-less file at `path`, which every
-    reader refuses, only a temporary file that the next creation removes. Two processes creating one KB at
-    once: the first link wins, and the other opens that KB."""
-    _remove_stale_creations(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{CREATING}")
-    try:
-        conn = sqlite3.connect(temp, isolation_level=None)
-        try:
-            conn.execute("PRAGMA trusted_schema = OFF")
-            _migrate(conn)
-        finally:
-            conn.close()
-        _link_into_place(temp, path)
-    except sqlite3.OperationalError as e:
-        raise _write_error(path, e) from e
-    except OSError as e:
-        raise KBError(f"cannot create {path}: {e.strerror or e}. Pass --db with a writable path.") from e
-    finally:
-        for leftover in (temp, temp.with_name(f"{temp.name}-journal")):
-            leftover.unlink(missing_ok=True)
-
-
-CREATING = ".creating"  # the suffix of a KB being made beside its name: .NAME.PID-RANDOM.creating
-
-
-def _link_into_place(temp: Path, path: Path) -> None:
-    """`temp` at `path` too, never over a file there (a KB another process made first is kept, and used).
-    Where the file system has no hard links, a rename once no file is there (the narrow race is theirs)."""
-    try:
-        os.link(temp, path)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-            raise
-        if not path.exists():
-            os.replace(temp, path)
-
-
-def _remove_stale_creations(path: Path) -> None:
-    """Temporary files of KBs being created at `path` whose process no longer exists (killed mid-creation)."""
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{CREATING}*"):
-        pid = leftover.name[len(path.name) + 2 :].split("-")[0]
-        if pid.isdigit() and not _process_exists(int(pid)):
-            leftover.unlink(missing_ok=True)
-
-
-def _process_exists(pid: int) -> bool:
-    """Whether a process with this id is running (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    if tables and not applied_migrations(conn):
-        shown = ", ".join(tables[:5]) + ("…" if len(tables) > 5 else "")
-        raise KBError(
-            f"{path} is another application's SQLite database (tables: {shown}): advisor writes only its own "
-            "knowledge bases. Pass --db with a new file or an advisor KB."
-        )
-
-
-def _write_error(path: Path, e: sqlite3.OperationalError) -> KBError:
-    if any(s in str(e).lower() for s in DISK_FULL):
-        return disk_full(path, e)
-    return KBError(f"cannot write the knowledge base {path}: {e}. Pass --db with a writable path.")
-
-
-def disk_full(path, e: Exception) -> KBError:
-    return KBError(
-        f"cannot write {path}: the disk is full ({e}). What was written before is intact: free some space, "
-        "or pass --db with a knowledge base on another disk."
-    )
-
-
-@contextmanager
-def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
-    """open_for_writing, then `release` however the block ends."""
-    conn = open_for_writing(path)
-    try:
-        yield conn
-    finally:
-        release(conn)
-
-
-def release(conn: sqlite3.Connection) -> None:
-    """Checkpoint, switch back to rollback journaling if no other connection has the KB open (then no -wal
-    or -shm file is needed to read it, from a read-only folder too), and close."""
-    try:
-        conn.execute("PRAGMA busy_timeout = 0")  # another process has it open: leave WAL to it, at once
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("PRAGMA journal_mode = DELETE")
-    except sqlite3.Error:
-        pass
-    conn.close()
-
-
-def _use_wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL, retrying: SQLite answers a concurrent switch with 'database is locked' at once,
-    without waiting for the busy timeout, when another process is opening or releasing the same file."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply pending migrations holding the write lock, so that two processes opening a new KB at once do
-    not both create its tables: the second waits, then finds nothing pending."""
-    if migrations.pending(conn):
-        with transaction(conn):
-            migrations.migrate(conn)
 
 
 @contextmanager

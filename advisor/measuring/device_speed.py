@@ -12,7 +12,7 @@ or until `rounds` rounds or the deadline: a busy machine's other load makes some
 fast, so the fastest figure of each rate is the one kept, and how far its runners-up lie from it (the
 spread) says how much to trust it. What is recorded beside the rates: the spread (`speed_spread`: its
 value the worst rate's, its tolerance the one asked, passed when the rounds agreed) and the rounds run
-(`speed_rounds`); kb/reader.speed_calibrations prefers a calibration that agreed.
+(`speed_rounds`); kb/queries/for_prediction.speed_calibrations prefers a calibration that agreed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import torch
 
 from advisor.errors import InputError
 from advisor.kb import store
-from advisor.kb.reader import speed_calibrations
+from advisor.kb.open import open_for_writing, release, writing
+from advisor.kb.queries.for_prediction import speed_calibrations
 from advisor.kb.store import Check
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.places import resolve_write_path
@@ -72,9 +73,7 @@ class Calibration:
     agreed: bool
     tolerance: float
     seconds: float
-    chosen: (
-        dict  # the calibration of this hardware `advisor fit` now prices from (kb/reader.speed_calibrations)
-    )
+    chosen: dict  # the calibration of this hardware `advisor fit` now prices from (kb.queries.for_prediction)
 
     @property
     def spread(self) -> float:
@@ -108,15 +107,15 @@ def calibrate_here(
     $ADVISOR_DB, else the user's). A CPU is recorded as the `cpu` accelerator of rules/hardware.toml (its
     name kept as the device), a GPU by the name CUDA reports."""
     if not (isinstance(rounds, int) and rounds >= AGREE):
-        raise InputError(f"rounds must be a whole number of at least {AGREE}, not {rounds!r}.", "--rounds")
+        raise InputError(f"rounds must be a whole number of at least {AGREE}, not {rounds!r}.", "rounds")
     if not (isinstance(tolerance, int | float) and math.isfinite(tolerance) and 0 < tolerance <= 1):
-        raise InputError(f"tolerance must be above 0 and at most 1, not {tolerance!r}.", "--tolerance")
+        raise InputError(f"tolerance must be above 0 and at most 1, not {tolerance!r}.", "tolerance")
     try:
         device = resolve_device(device)
     except ValueError as e:
-        raise InputError(f"{e}.", "--device") from None
+        raise InputError(f"{e}.", "device") from None
     path = resolve_write_path(db)
-    store.release(store.open_for_writing(path))  # an unusable KB fails before the timing
+    release(open_for_writing(path))  # an unusable KB fails before the timing
     machine = describe(device)
     if device == "cpu":
         machine = {**machine, "hardware": "cpu", "device": machine["hardware"]}
@@ -153,7 +152,7 @@ def calibrate_here(
         ),
         Check("speed_rounds", None, True, float(done), None, f"{done} rounds in {took:.1f} s"),
     ]
-    with store.writing(path) as conn:
+    with writing(path) as conn:
         store.add_validations(conn, machine, "", rows)
         chosen = speed_calibrations(conn).get(machine["hardware"], {})
     return Calibration(machine, rates, spreads, done, agreed, tolerance, took, chosen)

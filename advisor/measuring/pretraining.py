@@ -62,19 +62,19 @@ def check_out(out: Path, force: bool) -> None:
     """Refuse an --out that is a file, holds files this command did not write, or holds a base (without
     --force): nothing of the user's is ever replaced."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise InputError(f"{out} is not a folder: choose another --out.", "--out")
+        raise InputError(f"{out} is not a folder: choose another --out.", "out")
     if not out.exists() or not any(out.iterdir()):
         return
     if not ((out / MARKER).is_file() and all(p.name in WRITES for p in out.iterdir())):
         raise InputError(
             f"{out} holds files advisor pretrain did not write: choose another --out (an empty or new folder).",
-            "--out",
+            "out",
         )
     if not force:
         raise InputError(
             f"a base is already at {out}: fine-tune it (advisor measure --model {out} --strategy standard "
             "--strategy lora), or pass --force to pretrain it again.",
-            "--out",
+            "out",
         )
 
 

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from advisor.errors import Error, InputError
 from advisor.fields import option
+from advisor.measuring.data.source import resolve
 from advisor.measuring.grid.shard import Shard, parse
 from advisor.measuring.machine.hardware import resolve_device
 from advisor.measuring.model.builder import has_weights
 from advisor.measuring.recipe.config import GridCell, RunConfig
-from advisor.measuring.training.dataset import check_cells, resolve
+from advisor.measuring.training.data_check import check_cells
 from advisor.measuring.training.progress import Reporter, nothing_measured
 from advisor.model_ref import ResolvedModel
 from advisor.places import resolve_write_path, user_dir
@@ -112,17 +113,17 @@ class MeasureRequest:
         """Refuse flags that cannot go together (InputError naming the flag), before torch builds anything;
         the parsed shard, if one. `pricing`: for --plan, which trains nothing."""
         if self.tune_lr and self.base.lr is not None:
-            raise InputError("--tune-lr chooses each optimizer's rate: drop --lr.", "--tune-lr")
+            raise InputError("--tune-lr chooses each optimizer's rate: drop --lr.", "tune_lr")
         if self.tune_lr and self.base.protocol == "paper":
             raise InputError(
                 "the paper's protocol shares one rate per model: --tune-lr needs --protocol fair.",
-                "--tune-lr",
+                "tune_lr",
             )
         if self.base.dtype not in MEASURED_DTYPES:
             raise InputError(
                 f"advisor measure trains in {' or '.join(MEASURED_DTYPES)}; {self.base.dtype} is for advisor "
                 "fit's predictions.",
-                "--dtype",
+                "dtype",
             )
         from advisor.measuring.recipe.optimizers import missing_package  # torch: see the module's docstring
 
@@ -131,37 +132,37 @@ class MeasureRequest:
             if package:
                 raise InputError(
                     f"{name} needs {package}: pip install {package} (or pip install 'advisor[measure]').",
-                    "--optimizer",
+                    "optimizers",
                 )
         if self.executor not in EXECUTORS:
             raise InputError(
-                f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "--executor"
+                f"unknown executor {self.executor!r}. Choose from: {', '.join(EXECUTORS)}.", "executor"
             )
-        for flag, value in (("--ray-address", self.ray_address), ("--cpus-per-cell", self.cpus_per_cell)):
+        for name, value in (("ray_address", self.ray_address), ("cpus_per_cell", self.cpus_per_cell)):
             if value is not None and self.executor != "ray":
-                raise InputError(f"{flag} applies to --executor ray only.", flag)
+                raise InputError(f"--{name.replace('_', '-')} applies to --executor ray only.", name)
         if self.executor == "ray" and not pricing:
             self._check_ray()
         if self.decide and self.seeds < 2:
             raise InputError(
                 "--decide adds seeds to close calls, which are judged on repeated seeds: pass --seeds 2 or more "
                 "(the reference grid: 3).",
-                "--decide",
+                "decide",
             )
         if self.decide and pricing:
-            raise InputError("--decide adds seeds once the grid has run: drop it with --plan.", "--decide")
+            raise InputError("--decide adds seeds once the grid has run: drop it with --plan.", "decide")
         if self.shard is None:
             return None
         if self.decide:
             raise InputError(
                 "--decide reads the whole grid's answers: run it unsharded, once the shards are merged.",
-                "--shard",
+                "shard",
             )
         if self.tune_lr:
             raise InputError(
                 "every shard would tune the same rates: tune once (advisor measure ... --tune-lr --seeds 1), "
                 "then pass the rates with --lr, or run the grid unsharded.",
-                "--shard",
+                "shard",
             )
         return parse(self.shard)
 
@@ -175,7 +176,7 @@ class MeasureRequest:
                 raise InputError(
                     f"--optimizer {name} trains {', '.join(rules.optimizer_info[name].adapters)} only "
                     f"(rules/optimizers.toml), not --strategy {asked[0]}'s adapters: measure them apart.",
-                    "--optimizer",
+                    "optimizers",
                 )
         for model in self.models if asked else ():
             if not has_weights(model):
@@ -184,7 +185,7 @@ class MeasureRequest:
                     f"--strategy {asked[0]} fine-tunes pretrained weights, and {model.name} {what} (random "
                     f"init). Pass a model folder with weights: your own, or a reference model pretrained here "
                     f"(advisor pretrain --model {model.family.reference_model} --preset small --out DIR).",
-                    "--strategy",
+                    "strategies",
                 )
 
     def _check_ray(self) -> None:
@@ -195,7 +196,7 @@ class MeasureRequest:
                 raise InputError(
                     f"--executor ray runs the reference models; {model.name} runs with --executor local, which "
                     "first predicts whether it fits the machine it runs on.",
-                    "--model",
+                    "models",
                 )
 
     def grid(self, rules: Rules, say: Callable[[str], None] = lambda line: None) -> Grid:
@@ -209,7 +210,7 @@ class MeasureRequest:
             try:  # a GPU asked for and absent is the user's to fix (a cluster's GPUs are not this host's)
                 resolve_device(self.base.device)
             except ValueError as e:
-                raise InputError(str(e), "--device") from e
+                raise InputError(str(e), "device") from e
         cells = plan_grid(self.models, rules, self.optimizers, self.strategies, self.seeds, self.base)
         choice = resolve(self.data, self.fallback, say=say)
         cells = [c.with_config(**choice.config_fields()) for c in cells]
@@ -360,4 +361,4 @@ def _check_values(base: RunConfig) -> None:
             raise InputError(f"{name} must be a whole number of at least 1, not {value!r}.", name)
     target = base.target_loss
     if target is not None and not (isinstance(target, int | float) and 0 < target < math.inf):
-        raise InputError(f"target_loss must be a held-out loss above 0, not {target!r}.", "--target-loss")
+        raise InputError(f"target_loss must be a held-out loss above 0, not {target!r}.", "target_loss")

@@ -20,6 +20,7 @@ import torch
 
 from advisor.errors import InputError
 from advisor.kb import store
+from advisor.kb.open import open_for_writing, release, writing
 from advisor.kb.store import Check
 from advisor.measuring.data.corpus import batches, load
 from advisor.measuring.data.tokenizer import PAD
@@ -301,12 +302,12 @@ def validate_here(models: tuple[ResolvedModel, ...], preset: str, db, rules: Rul
         raise InputError(
             f"advisor validate checks the reference models ({', '.join(rules.reference_models())}), not "
             f"{', '.join(unknown)}.",
-            "--model",
+            "models",
         )
     path = resolve_write_path(db)
-    store.release(store.open_for_writing(path))  # fail on an unusable KB before minutes of checks
+    release(open_for_writing(path))  # fail on an unusable KB before minutes of checks
     checks = run_checks(list(models) or reference_models(rules), preset, rules)
     machine = describe(resolve_device("cpu"))
-    with store.writing(path) as conn:
+    with writing(path) as conn:
         store.add_validations(conn, machine, preset, checks)
     return Validation(machine["hardware"], preset, checks)

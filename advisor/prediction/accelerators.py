@@ -98,7 +98,7 @@ def links(acc: Accelerator | None, interconnect: str | None, rules: Rules) -> Li
         if not key and interconnect is not None:
             raise InputError(
                 "--interconnect needs link names, e.g. nvlink4,ib-ndr (rules/hardware.toml [links]).",
-                "--interconnect",
+                "interconnect",
             )
         if not key:
             continue
@@ -110,13 +110,13 @@ def links(acc: Accelerator | None, interconnect: str | None, rules: Rules) -> Li
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise InputError(
                 f"unknown link {name.strip()!r}.{hint} Links: {', '.join(rules.links)}.",
-                "--interconnect",
+                "interconnect",
             )
         if link.scope in given:
             raise InputError(
                 f"two links {'within a node' if link.scope == 'node' else 'between nodes'}: "
                 "give one of each scope at most (e.g. pcie4,eth-100).",
-                "--interconnect",
+                "interconnect",
             )
         given.append(link.scope)
         found[link.scope] = link

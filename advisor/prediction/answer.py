@@ -16,20 +16,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from advisor.errors import FitError, KBError
-from advisor.kb.reader import fit_validations, measured_values, speed_calibrations
-from advisor.kb.schema import connect_kb_readonly
+from advisor.kb.open import connect_kb_readonly
+from advisor.kb.queries.for_prediction import fit_validations
 from advisor.places import shipped_kb_path
 from advisor.prediction import accelerators, ranking, speed
 from advisor.prediction.cache import PredictionCache, Traced, keys_of, software
 from advisor.prediction.quality import Trades
 from advisor.prediction.question import Question
 from advisor.prediction.ranking import Lever, picked
-from advisor.prediction.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
 from advisor.prediction.row import Row
 from advisor.prediction.sharding import (
     basis,
     communication,
     communication_seconds,
+    communication_share,
+    distributed_assumptions,
     fp32_factor,
     hidden_share,
     host_per_node,
@@ -38,8 +39,7 @@ from advisor.prediction.sharding import (
     shard_size,
     sharded_offload_seconds,
 )
-from advisor.prediction.snippets import launch, training_code
-from advisor.prediction.speed import Utilization
+from advisor.prediction.speed import Utilization, utilization
 from advisor.prediction.step import (
     CATEGORIES,
     Config,
@@ -56,6 +56,8 @@ from advisor.prediction.step import (
     tensor_peak,
     trainable,
 )
+from advisor.prediction.training_code.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
+from advisor.prediction.training_code.snippets import launch, training_code
 from advisor.rules import Accelerator, Rules
 
 MAX_BATCH = 1 << 20  # the largest micro-batch the search considers
@@ -225,17 +227,6 @@ def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None
         speed.unbanded(q.accelerator, use, rules),
         not_cached=cache.unwritten if missing else None,
     )
-
-
-def communication_share(row: Row | None) -> list[str]:
-    """How much of the first fitting sharded row's step its collectives take, and how much of them hides."""
-    if row is None or not row.collectives_s or not row.predicted_step_s:
-        return []
-    talk, exposed = row.collectives_s
-    return [
-        f"Communication of {row.label}: {talk:.3g} s of collectives a step, {1 - exposed / talk:.0%} of them "
-        f"hidden behind compute: {exposed / row.predicted_step_s:.0%} of its {row.predicted_step_s:.3g} s step."
-    ]
 
 
 SEVERAL = (2, 4, 8, 16, 32, 64)  # accelerators the ladder's last rung tries; 8 per node beyond 8
@@ -541,125 +532,6 @@ def _open_quietly(path, connect, error):
         return connect(path)
     except error:
         return None
-
-
-def utilization(q: Question, rules: Rules, read: sqlite3.Connection | None) -> Utilization:
-    """The share of peak FLOP/s a step reaches: --mfu, else measured on this accelerator, else its
-    generation's (rules/fit.toml [speed])."""
-    if q.mfu is not None:
-        return Utilization(q.mfu, "--mfu", modelled=False)
-    calibrated = _calibrated(read, q.accelerator, rules)
-    if calibrated is not None:
-        return calibrated
-    if read is not None and q.accelerator is not None:
-        measured = _measured_mfu(read, q.accelerator, rules)
-        if measured:
-            value, n, hardware = measured
-            return Utilization(value, f"median of {n} runs measured on {hardware} in the KB", modelled=False)
-    return speed.generation_efficiency(q.accelerator, rules)
-
-
-def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules: Rules) -> Utilization | None:
-    """The rates `advisor calibrate` measured on this accelerator, in the user's KB, or None."""
-    if read is None or acc is None:
-        return None
-    found = [(h, r) for h, r in speed_calibrations(read).items() if accelerators.find(h, rules) == acc]
-    if not found:
-        return None
-    _, r = max(found, key=lambda hr: hr[1]["at"])
-    if not all(r.get(k) for k in ("speed_matmul_flops", "speed_stream_bytes")):
-        return None
-    source = (
-        f"{speed.CALIBRATED} ({r['device']}, advisor calibrate of {r['at'][:16].replace('T', ' ')} UTC, "
-        f"{_age(r['at'])} old; {_noise(r)}): "
-        f"{r['speed_matmul_flops'] / 1e9:.1f} GFLOP/s, {r['speed_stream_bytes'] / 1e9:.1f} GB/s, "
-        f"{(r.get('speed_micro_batch_s') or 0) * 1e3:.0f} ms a micro-batch"
-    )
-    return Utilization(
-        1.0,
-        source,
-        flops_per_s=r["speed_matmul_flops"],
-        bytes_per_s=r["speed_stream_bytes"],
-        overhead_s=r.get("speed_micro_batch_s"),
-    )
-
-
-def _age(at: str) -> str:
-    """How long ago an ISO UTC time was, in the largest whole unit: '3 days', '5 hours', 'under an hour'."""
-    from datetime import UTC, datetime
-
-    try:
-        then = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    except ValueError:
-        return "of unknown age"
-    hours = (datetime.now(UTC) - (then if then.tzinfo else then.replace(tzinfo=UTC))).total_seconds() / 3600
-    if hours < 1:
-        return "under an hour"
-    return f"{hours / 24:.0f} days" if hours >= 48 else f"{hours:.0f} hours"
-
-
-def _noise(r: dict) -> str:
-    """How far a calibration's rounds agreed, and how many calibrations it was chosen from."""
-    of = f", the latest that agreed of {r['calibrations']}" if r.get("calibrations", 1) > 1 else ""
-    if r.get("agreed") is None:
-        return "one round of medians, its noise not recorded"
-    if r["agreed"]:
-        return f"the fastest of {r['rounds']} rounds, agreeing within {r['spread']:.0%}{of}"
-    return (
-        f"the fastest of {r['rounds']} rounds, which did NOT agree (spread {r['spread']:.0%}): "
-        "calibrate again on a quiet machine"
-    )
-
-
-def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
-    try:
-        rows = measured_values(conn, "mfu")
-    except sqlite3.DatabaseError:
-        return None
-    values = sorted(v / 100 for h, v in rows if accelerators.find(h, rules) == acc)  # stored in %
-    if not values:
-        return None
-    hardware = next(h for h, _ in rows if accelerators.find(h, rules) == acc)
-    return values[len(values) // 2], len(values), hardware
-
-
-def distributed_assumptions(q: Question, rules: Rules) -> list[str]:
-    """What per-rank figures and their time rest on (rules/fit.toml [distributed], rules/hardware.toml)."""
-    d = rules.fit["distributed"]
-    shardings = {c.sharding for c in q.configs}
-    out = [d[s] for s in ("ddp", "fsdp", "hsdp") if s in shardings]
-    if any(s.startswith("zero") for s in shardings):
-        out += [d["zero"], d["zero_buffers"]]
-        if any(c.offload != "none" and c.sharding.startswith("zero") for c in q.configs):
-            out.append(d["zero_offload"])
-    if any(c.offload != "none" and c.sharding != "none" for c in q.configs):
-        out.append(d["offload_time"])
-    node, network = q.links.node, q.links.network
-    if node is not None:
-        whence = (
-            "as --interconnect gives"
-            if "node" in q.links.given
-            else "the accelerator's own (--interconnect to change)"
-        )
-        out.append(f"Within a node: {node.name}, {node.gbs:g} GB/s per direction, {whence}. {node.source}")
-    if q.nodes > 1 and network is not None:
-        whence = (
-            "as --interconnect gives"
-            if "network" in q.links.given
-            else "what its machines usually carry (--interconnect to change)"
-        )
-        share = f", {network.node_gbs(q.gpus):g} GB/s a node of {q.gpus}" if network.per == "gpu" else ""
-        out.append(
-            f"Between nodes: {network.name}, {network.gbs:g} GB/s per direction{share}, {whence}. "
-            f"{network.source}. {d['network_source']}"
-        )
-    out += [
-        f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth, ZeRO-3's at "
-        f"{d['zero3_efficiency']:.0%}. {d['collective_source']} {d['zero3_source']}",
-        d["overlap"] + " Hidden: " + ", ".join(f"{k} {v:.0%}" for k, v in d["hidden"].items()) + ".",
-        d["volume_source"],
-    ]
-    return out
 
 
 def assumptions(q: Question, rules: Rules, experts: bool = False) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb import store
-from advisor.kb.reader import prediction_payloads, predictions_held, traced_predictions
-from advisor.kb.schema import connect_kb_readonly
+from advisor.kb.open import connect_kb_readonly, writing
+from advisor.kb.queries.for_prediction import prediction_payloads, predictions_held, traced_predictions
 from advisor.places import resolve_write_path
 from advisor.prediction.question import Question
 from advisor.prediction.sharding import basis
@@ -153,7 +153,7 @@ class PredictionCache:
             for c, payload in fresh.items()
         ]
         try:
-            with store.writing(self.path) as conn:
+            with writing(self.path) as conn:
                 store.add_predictions(conn, rows)
         except (KBError, sqlite3.OperationalError) as e:
             if isinstance(e, KBError) and not isinstance(e.__cause__, sqlite3.OperationalError | OSError):

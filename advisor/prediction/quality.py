@@ -7,7 +7,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from advisor.kb.reader import evidence_groups, group_aggregates
+from advisor.kb.queries.for_answers import group_aggregates
+from advisor.kb.queries.groups import evidence_groups
 from advisor.prediction.question import Question
 from advisor.rules import MEASURE_WORDS, Rules
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass, replace
 
 from advisor.errors import Error
 from advisor.prediction.accelerators import gib
-from advisor.prediction.question import FitRequest, Question, installed
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.menu import installed
+from advisor.prediction.question import Question
 from advisor.prediction.row import Row
 from advisor.rules import Rules
 

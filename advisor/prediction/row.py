@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from advisor.prediction.question import Question
-from advisor.prediction.recipe import LearningRate
-from advisor.prediction.snippets import keyword_arguments
 from advisor.prediction.step import Adapter, Config
+from advisor.prediction.training_code.recipe import LearningRate
+from advisor.prediction.training_code.snippets import keyword_arguments
 
 
 @dataclass

@@ -9,9 +9,13 @@ What is composed rather than traced, and the buffers and links it takes, are sta
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from advisor.prediction.question import Question
 from advisor.prediction.step import Config, host_bytes, n_params, phase_bytes, trainable
+
+if TYPE_CHECKING:
+    from advisor.prediction.row import Row
 from advisor.rules import Rules
 
 SHARDED = ("parameters", "gradients", "optimizer_state")  # what an FSDP rank holds 1/N of
@@ -293,3 +297,53 @@ def sharded_offload_seconds(
         width = 4 if c.sharding in ("fsdp", "hsdp") and c.dtype != "bf16" else 2
         pcie += 2 * width * n_params(payload) / ranks
     return pcie / (off["pcie_gbs"] * 1e9) + q.gpus * step_traffic / (off["host_bandwidth_gbs"] * 1e9)
+
+
+def communication_share(row: Row | None) -> list[str]:
+    """How much of the first fitting sharded row's step its collectives take, and how much of them hides."""
+    if row is None or not row.collectives_s or not row.predicted_step_s:
+        return []
+    talk, exposed = row.collectives_s
+    return [
+        f"Communication of {row.label}: {talk:.3g} s of collectives a step, {1 - exposed / talk:.0%} of them "
+        f"hidden behind compute: {exposed / row.predicted_step_s:.0%} of its {row.predicted_step_s:.3g} s step."
+    ]
+
+
+def distributed_assumptions(q: Question, rules: Rules) -> list[str]:
+    """What per-rank figures and their time rest on (rules/fit.toml [distributed], rules/hardware.toml)."""
+    d = rules.fit["distributed"]
+    shardings = {c.sharding for c in q.configs}
+    out = [d[s] for s in ("ddp", "fsdp", "hsdp") if s in shardings]
+    if any(s.startswith("zero") for s in shardings):
+        out += [d["zero"], d["zero_buffers"]]
+        if any(c.offload != "none" and c.sharding.startswith("zero") for c in q.configs):
+            out.append(d["zero_offload"])
+    if any(c.offload != "none" and c.sharding != "none" for c in q.configs):
+        out.append(d["offload_time"])
+    node, network = q.links.node, q.links.network
+    if node is not None:
+        whence = (
+            "as --interconnect gives"
+            if "node" in q.links.given
+            else "the accelerator's own (--interconnect to change)"
+        )
+        out.append(f"Within a node: {node.name}, {node.gbs:g} GB/s per direction, {whence}. {node.source}")
+    if q.nodes > 1 and network is not None:
+        whence = (
+            "as --interconnect gives"
+            if "network" in q.links.given
+            else "what its machines usually carry (--interconnect to change)"
+        )
+        share = f", {network.node_gbs(q.gpus):g} GB/s a node of {q.gpus}" if network.per == "gpu" else ""
+        out.append(
+            f"Between nodes: {network.name}, {network.gbs:g} GB/s per direction{share}, {whence}. "
+            f"{network.source}. {d['network_source']}"
+        )
+    out += [
+        f"Collectives at {d['collective_efficiency']:.0%} of a link's bandwidth, ZeRO-3's at "
+        f"{d['zero3_efficiency']:.0%}. {d['collective_source']} {d['zero3_source']}",
+        d["overlap"] + " Hidden: " + ", ".join(f"{k} {v:.0%}" for k, v in d["hidden"].items()) + ".",
+        d["volume_source"],
+    ]
+    return out

@@ -18,9 +18,16 @@ Torch-free: the answer side prices every row with it.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from advisor.kb.queries.for_prediction import measured_values, speed_calibrations
+from advisor.prediction import accelerators
 from advisor.rules import Accelerator, Rules
+
+if TYPE_CHECKING:
+    from advisor.prediction.question import Question
 
 COMPUTE_BYTES = 2  # a dequantized weight in bf16 or fp16
 CALIBRATED = "calibrated on this device"  # how an answer priced from `advisor calibrate`'s rates says so
@@ -173,3 +180,83 @@ def generation_seconds(
     mean_cache = rows * kv_row * (prompt + completion / 2) / (prompt + completion)
     decode = completion * (weights + mean_cache) / (bytes_per_s * rules.fit["speed"]["bandwidth_efficiency"])
     return compute_seconds(prefill_flops, peak, use) + decode
+
+
+def utilization(q: Question, rules: Rules, read: sqlite3.Connection | None) -> Utilization:
+    """The share of peak FLOP/s a step reaches: --mfu, else measured on this accelerator, else its
+    generation's (rules/fit.toml [speed])."""
+    if q.mfu is not None:
+        return Utilization(q.mfu, "--mfu", modelled=False)
+    calibrated = _calibrated(read, q.accelerator, rules)
+    if calibrated is not None:
+        return calibrated
+    if read is not None and q.accelerator is not None:
+        measured = _measured_mfu(read, q.accelerator, rules)
+        if measured:
+            value, n, hardware = measured
+            return Utilization(value, f"median of {n} runs measured on {hardware} in the KB", modelled=False)
+    return generation_efficiency(q.accelerator, rules)
+
+
+def _calibrated(read: sqlite3.Connection | None, acc: Accelerator | None, rules: Rules) -> Utilization | None:
+    """The rates `advisor calibrate` measured on this accelerator, in the user's KB, or None."""
+    if read is None or acc is None:
+        return None
+    found = [(h, r) for h, r in speed_calibrations(read).items() if accelerators.find(h, rules) == acc]
+    if not found:
+        return None
+    _, r = max(found, key=lambda hr: hr[1]["at"])
+    if not all(r.get(k) for k in ("speed_matmul_flops", "speed_stream_bytes")):
+        return None
+    source = (
+        f"{CALIBRATED} ({r['device']}, advisor calibrate of {r['at'][:16].replace('T', ' ')} UTC, "
+        f"{_age(r['at'])} old; {_noise(r)}): "
+        f"{r['speed_matmul_flops'] / 1e9:.1f} GFLOP/s, {r['speed_stream_bytes'] / 1e9:.1f} GB/s, "
+        f"{(r.get('speed_micro_batch_s') or 0) * 1e3:.0f} ms a micro-batch"
+    )
+    return Utilization(
+        1.0,
+        source,
+        flops_per_s=r["speed_matmul_flops"],
+        bytes_per_s=r["speed_stream_bytes"],
+        overhead_s=r.get("speed_micro_batch_s"),
+    )
+
+
+def _age(at: str) -> str:
+    """How long ago an ISO UTC time was, in the largest whole unit: '3 days', '5 hours', 'under an hour'."""
+    from datetime import UTC, datetime
+
+    try:
+        then = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return "of unknown age"
+    hours = (datetime.now(UTC) - (then if then.tzinfo else then.replace(tzinfo=UTC))).total_seconds() / 3600
+    if hours < 1:
+        return "under an hour"
+    return f"{hours / 24:.0f} days" if hours >= 48 else f"{hours:.0f} hours"
+
+
+def _noise(r: dict) -> str:
+    """How far a calibration's rounds agreed, and how many calibrations it was chosen from."""
+    of = f", the latest that agreed of {r['calibrations']}" if r.get("calibrations", 1) > 1 else ""
+    if r.get("agreed") is None:
+        return "one round of medians, its noise not recorded"
+    if r["agreed"]:
+        return f"the fastest of {r['rounds']} rounds, agreeing within {r['spread']:.0%}{of}"
+    return (
+        f"the fastest of {r['rounds']} rounds, which did NOT agree (spread {r['spread']:.0%}): "
+        "calibrate again on a quiet machine"
+    )
+
+
+def _measured_mfu(conn: sqlite3.Connection, acc: Accelerator, rules: Rules):
+    try:
+        rows = measured_values(conn, "mfu")
+    except sqlite3.DatabaseError:
+        return None
+    values = sorted(v / 100 for h, v in rows if accelerators.find(h, rules) == acc)  # stored in %
+    if not values:
+        return None
+    hardware = next(h for h, _ in rows if accelerators.find(h, rules) == acc)
+    return values[len(values) // 2], len(values), hardware

@@ -11,37 +11,26 @@ from __future__ import annotations
 import html
 import os
 import re
-import sqlite3
 import stat
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from advisor.answers.claims import VERDICTS, check_all
+from advisor.answers.claims import VERDICTS
 from advisor.answers.evidence import params_text
-from advisor.answers.flowchart import BestPath, summary, walk
-from advisor.answers.frontier import frontier
+from advisor.answers.flowchart import BestPath
 from advisor.answers.recommendation import Answer, Entry, selector_flags
-from advisor.answers.transfer import Transfer, transfers
-from advisor.errors import Error, NoEvidence
-from advisor.kb.reader import (
-    Group,
-    group_settings,
-    group_span,
-    group_statuses,
-    json_value,
-    stats,
-)
+from advisor.answers.report_data import FamilyData, Provenance, ReportData
+from advisor.answers.transfer import Transfer
+from advisor.kb.queries.groups import Group, json_value
 from advisor.prediction import answer as fit_answer
 from advisor.prediction.accelerators import gib
 from advisor.prediction.answer import TracedFits
 from advisor.prediction.cache import Traced
 from advisor.render import charts
 from advisor.render.numbers import fmt
-from advisor.render.views import test_brief
+from advisor.render.readings import test_brief
 from advisor.rules import Accelerator, Rules
 
 SCRIPT = "vega.js"  # Vega, Vega-Lite, vega-embed and charts.DRAW, written once beside index.html
@@ -57,10 +46,6 @@ RUNNERS_UP = 3
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<>-])/[\w.+@%=-][^\s\"'<>&;:,()\[\]{}|*?`\\]*")
 
 
-class NothingToReport(Error):
-    """The KB holds no evidence the report could show."""
-
-
 @dataclass
 class Figure:
     """One chart of the page: its Vega-Lite spec, or the sentence that says why there is none."""
@@ -71,19 +56,13 @@ class Figure:
     note: str | None = None
 
 
-def write_site(
-    conn: sqlite3.Connection,
-    out: Path,
-    rules: Rules,
-    source: str | None,
-    kb: str,
-    fits: Callable[[], list[TracedFits]] = list,
-) -> Path:
-    """Write index.html and the chart script into `out` (created); nothing else there is touched, and each is
-    replaced whole (charts.replace_file: a symbolic link there is replaced, never written through). The page
-    names no absolute path (without_paths): it is made to be sent, and the sender's folders are theirs."""
+def write_site(data: ReportData, out: Path, rules: Rules, kb: str) -> Path:
+    """Write the page of `data` (advisor.answers.report_data.gather_report: what the KB `kb` holds) and the
+    chart script into `out` (created); nothing else there is touched, and each is replaced whole
+    (charts.replace_file: a symbolic link there is replaced, never written through). The page names no
+    absolute path (without_paths): it is made to be sent, and the sender's folders are theirs."""
     with charts.unchecked():
-        context = site_context(conn, rules, source, kb, fits)
+        context = site_context(data, rules, kb)
     page = without_paths(render(context))
     out.mkdir(parents=True, exist_ok=True)
     charts.replace_file(out / SCRIPT, (charts.javascript_bundle() + charts.DRAW).encode("utf-8"))
@@ -143,26 +122,13 @@ def without_paths(text: str) -> str:
     )
 
 
-def site_context(
-    conn: sqlite3.Connection,
-    rules: Rules,
-    source: str | None,
-    kb: str,
-    fits: Callable[[], list[TracedFits]] = list,
-) -> dict:
-    """Everything the page shows, computed once (`fits`: what gives advisor fit's answers for the fit section,
-    the Python API's api.traced_fits; called once the KB is known to hold evidence to report)."""
-    paths = walk(conn, rules, source=source)
-    if not any(p.answer for p in paths):
-        where = f" from source {source!r}" if source else ""
-        raise NothingToReport(
-            f"the knowledge base has no runs{where}: nothing to report. "
-            "Measure some with `advisor measure`, or drop --source (see `advisor kb stats`)."
-        )
-    families = [family_section(conn, rules, f, paths, source) for f in dict.fromkeys(p.family for p in paths)]
+def site_context(data: ReportData, rules: Rules, kb: str) -> dict:
+    """Everything the page shows, as its template reads it, from what was gathered (nothing more is read)."""
+    paths, source = data.paths, data.source
+    families = [family_section(f, rules) for f in data.families]
     kinds = {f["name"]: f["badge"] for f in families if f["group"]}
-    flow = charts.flowchart_chart(paths, summary(paths), rules, FLOWCHART_CELL)
-    verdicts = check_all(conn, source, rules)
+    flow = charts.flowchart_chart(paths, data.summary, rules, FLOWCHART_CELL)
+    verdicts = data.verdicts
     return dict(
         title="advisor report",
         kb=kb,
@@ -170,7 +136,7 @@ def site_context(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=version("advisor"),
         script=SCRIPT,
-        summary=summary(paths),
+        summary=data.summary,
         flowchart=Figure("flowchart", "Recommendation flowchart", charts.spec(flow)),
         tree=flowchart_tree(paths, {f["name"]: f["group"] for f in families}),
         badges=kinds,
@@ -178,9 +144,9 @@ def site_context(
         families=[f for f in families if f["group"]],
         claims=[v.as_dict() for v in verdicts],
         claim_counts={k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
-        fit=fit_sections(fits()),
-        transfers=[transfer_row(t) for t in transfers(conn, rules)],
-        groups=stats(conn)["groups"],
+        fit=fit_sections(data.fits),
+        transfers=[transfer_row(t) for t in data.transfers],
+        groups=data.groups,
         embed_options=charts.EMBED_OPTIONS,
     )
 
@@ -236,29 +202,24 @@ def flowchart_tree(paths: list[BestPath], main: dict[str, Group | None]) -> dict
     return tree
 
 
-def family_section(
-    conn: sqlite3.Connection, rules: Rules, family: str, paths: list[BestPath], source: str | None
-) -> dict:
+def family_section(family: FamilyData, rules: Rules) -> dict:
     """One family: its evidence groups (the one answering most of its metrics first: a published table of
     losses answers the loss alone) with their provenance, an answer card per metric, its frontiers."""
-    answers = [p.answer for p in paths if p.family == family and p.answer]
-    counts = Counter(a.group for a in answers)
-    groups = sorted(counts, key=lambda g: -counts[g])  # stable: the first answer's group among equals
-    group = groups[0] if groups else None
+    answers, group = family.answers, family.group
     cards = [
         answer_card(a, rules) | {"evidence": a.group.label if a.group != group else None} for a in answers
     ]
     return dict(
-        name=family,
+        name=family.name,
         group=group,
         badge=evidence_badge(group) if group else None,
-        provenance=provenance(conn, group) if group else None,
+        provenance=provenance(family.provenance[0]) if group else None,
         more_provenance=[
-            provenance(conn, g) | {"answers": ", ".join(a.metric.name for a in answers if a.group == g)}
-            for g in groups[1:]
+            provenance(p) | {"answers": ", ".join(a.metric.name for a in answers if a.group == p.group)}
+            for p in family.provenance[1:]
         ],
         answers=cards,
-        figures=frontier_figures(conn, rules, family, source, group) if group else [],
+        figures=frontier_figures(family, rules) if group else [],
     )
 
 
@@ -299,32 +260,27 @@ def _entry_row(e: Entry) -> dict:
     return dict(config=f"{e.optimizer} + {e.strategy}", value=fmt(e.value, e.unit), test=test_brief(e))
 
 
-def frontier_figures(
-    conn: sqlite3.Connection, rules: Rules, family: str, source: str | None, group: Group | None = None
-) -> list[Figure]:
-    """Loss against each other metric the flowchart walks, in `group` (the family section's); a figure
-    without points says why instead."""
+def frontier_figures(family: FamilyData, rules: Rules) -> list[Figure]:
+    """Loss against each other metric the flowchart walks, in the family section's group; a figure without
+    points says why instead."""
     out = []
-    for x in [m for m in rules.flowchart["metrics"] if m != "loss"]:
-        fid, title = f"{family}-{x}", f"loss against {x}"
-        try:
-            front = frontier(conn, family, x, "loss", rules, source, group)
-        except NoEvidence as e:
-            out.append(Figure(fid, title, note=str(e)))
+    for f in family.frontiers:
+        fid, title = f"{family.name}-{f.x}", f"loss against {f.x}"
+        if f.front is None:
+            out.append(Figure(fid, title, note=f.note))
             continue
-        if not front.points:
-            note = f"No configuration has both a {x} and a loss figure in this evidence."
+        if not f.front.points:
+            note = f"No configuration has both a {f.x} and a loss figure in this evidence."
             out.append(Figure(fid, title, note=note))
             continue
-        chart = charts.frontier_chart(front, rules, CHART_SIZE, grow=True)
+        chart = charts.frontier_chart(f.front, rules, CHART_SIZE, grow=True)
         out.append(Figure(fid, title, charts.spec(chart)))
     return out
 
 
-def provenance(conn: sqlite3.Connection, group: Group) -> dict:
+def provenance(p: Provenance) -> dict:
     """Where the group's numbers come from: hardware, software, settings, when, and how its runs ended."""
-    span = group_span(conn, group)
-    statuses = group_statuses(conn, group)
+    group, span = p.group, p.span
     memory = (("host", span["host_memory_gb"]), ("accelerator", span["accelerator_memory_gb"]))
     stamps = (span["started_at"], span["finished_at"])
     return dict(
@@ -337,11 +293,11 @@ def provenance(conn: sqlite3.Connection, group: Group) -> dict:
         memory=", ".join(f"{label} {fmt(gb, 'GB')}" for label, gb in memory if gb),
         preset=group.preset,
         protocol=group.protocol,
-        runs=", ".join(f"{n} {s}" for s, n in statuses),
+        runs=", ".join(f"{n} {s}" for s, n in p.statuses),
         seeds=group.n_seeds,
         when=" – ".join(dict.fromkeys(t[:10] for t in stamps if t)) or "as published",
         software=software_of(span["software"]),
-        settings="; ".join(group_settings(conn, group)),
+        settings="; ".join(p.settings),
     )
 
 

@@ -4,7 +4,8 @@ another answer's disagreements."""
 
 import json
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
 
 BASE = "my-decoder-base"
 

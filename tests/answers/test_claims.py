@@ -7,7 +7,8 @@ import pytest
 
 from advisor.answers.claims import FAILS, HOLDS, UNKNOWN, check_all, load_claims
 from advisor.errors import RulesError
-from advisor.kb.store import open_for_writing, rebuild_summaries, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import rebuild_summaries, write_runs
 from advisor.places import shipped_rules_dir
 from advisor.rules import load_rules
 
@@ -70,7 +71,7 @@ def test_committed_reproduction_report_is_current(invoke, tmp_path):
     from pathlib import Path
 
     from advisor.answers.claims import check_all, markdown
-    from advisor.kb.reader import open_for_reading
+    from advisor.kb.open import open_for_reading
 
     committed = Path(__file__).resolve().parents[2] / "docs" / "claims.md"
     verdicts = check_all(open_for_reading(None), "measured", RULES)

@@ -8,7 +8,8 @@ import pytest
 
 from advisor.answers.evidence import select_group
 from advisor.kb import store
-from advisor.kb.reader import Group, evidence_groups
+from advisor.kb.open import open_for_writing
+from advisor.kb.queries.groups import Group, evidence_groups
 from advisor.kb.summaries import PAPER_DATA
 from advisor.rules import load_rules
 
@@ -36,7 +37,7 @@ def a_run(i: int, **over) -> dict:
 
 
 def test_runs_on_other_data_are_other_evidence_groups_and_answers_name_the_data(tmp_path):
-    conn = store.open_for_writing(tmp_path / "data.sqlite")
+    conn = open_for_writing(tmp_path / "data.sqlite")
     mine = "corpus.jsonl sha256:0123456789ab"
     store.write_runs(conn, [a_run(i) for i in range(2)] + [a_run(i + 2, data=mine) for i in range(2)])
     groups = {g.data: g for g in evidence_groups(conn, family="decoder")}
@@ -49,7 +50,7 @@ def test_runs_on_other_data_are_other_evidence_groups_and_answers_name_the_data(
 
 
 def test_runs_that_do_not_say_get_their_data_from_their_provenance(tmp_path):
-    conn = store.open_for_writing(tmp_path / "data.sqlite")
+    conn = open_for_writing(tmp_path / "data.sqlite")
     paper = a_run(0, source="paper:2608.08961", config={})
     trainer = a_run(1, source="trainer", config={})
     old_string = a_run(2, config={"data": "generated MM-IMDb-like corpus (offline)"})  # an older recording
@@ -77,7 +78,7 @@ def test_a_kb_from_before_0009_migrates_its_runs_into_groups_by_data(tmp_path):
         )
     db.conn.commit()
     db.conn.close()
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     assert sorted(r[0] for r in conn.execute("SELECT data FROM runs")) == ["generated", PAPER_DATA]
     assert sorted(g.data for g in evidence_groups(conn)) == ["generated", PAPER_DATA]
     assert conn.execute("SELECT count(*) FROM runs WHERE grp IS NULL").fetchone()[0] == 0
@@ -106,7 +107,7 @@ def test_a_kb_from_before_0010_relabels_its_trainer_runs_and_takes_the_trainer_p
         db.execute("UPDATE runs SET protocol = 'trainer'")
     db.conn.commit()
     db.conn.close()
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     assert dict(conn.execute("SELECT source, protocol FROM runs")) == {
         "trainer": "trainer",
         "measured": "paper",

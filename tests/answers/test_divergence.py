@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
 
 
 def run(optimizer, seed, start, end, time_s):

@@ -161,14 +161,14 @@ def test_every_flowchart_path_is_printed_under_the_group_that_answered_it(invoke
 
 
 def test_every_tie_states_its_reason_and_the_difference(sweep, rules):
-    from advisor.render.views import _percent, _tie_how
+    from advisor.render.readings import percent, tie_how
 
     alpha = rules.flowchart["ranking"]["alpha"]
     tied = [a for a in sweep if a.obj.tied_with]
     assert len(tied) > 20
     for a in tied:
         tests = [e.test for e in a.obj.tied_with if e.test]
-        how = _tie_how(a.obj, rules)
+        how = tie_how(a.obj, rules)
         for t in tests:  # a comparison Holm's correction separates is tied only by a rate or the tolerance
             separated = t["kind"] and t["p_holm"] is not None and t["p_holm"] < alpha
             assert not separated or t.get("rate_tie") or t["within_tolerance"], (a, t)
@@ -176,7 +176,7 @@ def test_every_tie_states_its_reason_and_the_difference(sweep, rules):
         assert ("not significantly different" in how) == bool(unseparated), (a, how)
         assert ("learning rates" in how) == any(t.get("rate_tie") for t in tests), (a, how)
         widest = max((t for t in tests if t.get("relative") is not None), key=lambda t: abs(t["relative"]))
-        assert _percent(widest["relative"]) in how, (a, how)
+        assert percent(widest["relative"]) in how, (a, how)
 
 
 def test_a_configuration_65_percent_worse_is_not_tied_by_a_rate_chosen_within_the_noise(invoke):
@@ -276,11 +276,12 @@ def test_the_reports_tree_names_the_group_of_a_path_its_family_header_does_not(r
     """The report's flowchart in words: the decoder's time comes from the seed paper, its header's badge from
     Wen et al.'s loss (the family's most answering group is the seed paper's, so the loss path names Wen)."""
     from advisor.answers.flowchart import walk
-    from advisor.render.site import family_section, flowchart_tree
+    from advisor.answers.report_data import answering_groups
+    from advisor.render.site import flowchart_tree
 
     kb = sqlite3.connect(f"file:{shipped_kb_path()}?mode=ro", uri=True)
     paths = walk(kb, rules)
-    main = {f: family_section(kb, rules, f, paths, None)["group"] for f in rules.families}
+    main = {f: next(iter(answering_groups(paths, f)), None) for f in rules.families}
     tree = flowchart_tree(paths, main)
     for p in paths:
         item = next(i for i in tree[p.family] if i["metric"] == p.metric)

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
 
 TINY_LLAMA = {  # a decoder small enough to trace in a second
     "model_type": "llama",

@@ -1,4 +1,4 @@
-"""What a comparison with the pick is read as (advisor/answers/recommendation.py `reading`): a comparison Holm's
+"""What a comparison with the pick is read as (advisor/answers/comparison.py `reading`): a comparison Holm's
 correction separates is never 'equivalent', and a separation that rests on a tuned rate chosen within the noise
 is 'undecided' unless it holds at both rates."""
 
@@ -36,7 +36,7 @@ def test_a_holm_separated_difference_inside_the_margin_reads_different_though_wi
     )
     assert alt["test"]["p_holm"] < 0.05
     assert alt["test"]["reading"] == "different" and alt["test"]["within_margin"] is True
-    from advisor.render.views import reading_text
+    from advisor.render.readings import reading_text
 
     assert reading_text(alt["test"]).startswith("different, though within ±")
 

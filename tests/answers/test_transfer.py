@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from advisor.answers.transfer import bootstrap_tau, kendall_tau_b, transfers
-from advisor.kb.reader import open_for_reading
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_reading, open_for_writing
+from advisor.kb.store import write_runs
 from advisor.rules import load_rules
 
 

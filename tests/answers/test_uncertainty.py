@@ -7,7 +7,8 @@ import shutil
 import pytest
 from scipy import stats
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
 
 
 def measured_run(optimizer, strategy, seed, loss, time_s, status="ok"):

@@ -6,11 +6,12 @@ from dataclasses import MISSING, fields
 import click
 import pytest
 
+import advisor
 from advisor.api import RecommendRequest, recommend_request
 from advisor.cli import cli
 from advisor.errors import InputError
 from advisor.fields import default_of, help_of
-from advisor.prediction.question import FitRequest
+from advisor.prediction.fit_request import FitRequest
 
 
 def _cli_default(param: click.Parameter):
@@ -100,13 +101,13 @@ def test_recommends_checks_keep_the_command_lines_order():
 
     with pytest.raises(InputError) as e:
         advisor.recommend(arch="bogus", gpus=2)
-    assert e.value.param == "--arch"
+    assert e.value.field == "arch"
     with pytest.raises(InputError) as e:
         advisor.recommend(arch="vit", evidence="zz", group="qq")
-    assert e.value.param == "--group"
+    assert e.value.field == "group"
     with pytest.raises(InputError) as e:
         advisor.recommend(arch="decoder", attention="eager", gpus=2)
-    assert e.value.param == "--attention"
+    assert e.value.field == "attention"
 
 
 def test_a_request_of_the_wrong_kind_is_a_sentence_and_fit_takes_a_whole_fit_request():
@@ -116,3 +117,45 @@ def test_a_request_of_the_wrong_kind_is_a_sentence_and_fit_takes_a_whole_fit_req
         advisor.fit("vit", "H100")
     asked = recommend_request(None, {"arch": "vit", "fit": FitRequest(gpu="H100"), "gpus": 2, "dtype": None})
     assert asked.fit == FitRequest(gpu="H100", gpus=2)
+
+
+def _input_error_fields() -> list[tuple[str, int, str]]:
+    """(module, line, field) of every InputError raised with a field named in the source of advisor/."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "advisor"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "InputError"
+                and len(node.args) > 1
+            ):
+                strings = [n.value for n in ast.walk(node.args[1]) if isinstance(n, ast.Constant)]
+                found += [(path.name, node.lineno, s) for s in strings if isinstance(s, str) and len(s) > 1]
+    return found
+
+
+def test_an_input_error_names_a_field_and_the_command_line_alone_spells_its_flag(runner):
+    """Issue 49: the API's errors carry the request's field ('batch_size'), never a flag; the CLI maps it
+    to the running command's option (cli/params.py flag_of)."""
+    from advisor.cli import COMMANDS
+    from advisor.measuring.recipe.config import RunConfig
+    from advisor.measuring.request import MeasureRequest
+
+    known = {f.name for r in (FitRequest, RecommendRequest, MeasureRequest, RunConfig) for f in fields(r)}
+    for name in COMMANDS:  # a command's own keywords (pretrain's --out, calibrate's --rounds)
+        command = cli.get_command(None, name)
+        known |= {p.name for p in getattr(command, "params", ())}
+    found = _input_error_fields()
+    assert len(found) > 50, "the scan found too few errors to mean anything"
+    assert [f for f in found if f[2].startswith("-") or f[2] not in known] == []
+    with pytest.raises(InputError) as e:
+        advisor.fit("vit", gpu="H100", batch_size=0)
+    assert e.value.field == "batch_size" and "--batch-size" in str(e.value)
+    result = runner.invoke(
+        cli, ["fit", "--model", "vit", "--gpu", "H100", "--adapter", "full", "--lora-r", "8"]
+    )
+    assert result.exit_code == 2 and "Invalid value for '--lora-r'" in result.output, result.output

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from advisor.kb.store import open_for_writing
+from advisor.kb.open import open_for_writing
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 open_kb) given a wrong type or a value out of range raises advisor.InputError (an advisor.Error and a
 ValueError, README § From Python) naming the option, never a raw exception and never a silent answer: the API
 holds its values to what the command line's types hold them to (advisor/api/inputs.py `_typed`; the ranges declared
-once in advisor/prediction/question.py WHOLE and NUMBERS, which advisor/cli/params.py makes its types from)."""
+once in advisor/prediction/fit_request.py WHOLE and NUMBERS, which advisor/cli/params.py makes its types from)."""
 
 import math
 from pathlib import Path
@@ -94,9 +94,9 @@ def test_a_path_is_a_model_and_one_name_is_a_tuple_of_one():
 
 @pytest.mark.parametrize("name", ["batch_size", "seq_len", "accumulation_steps", "lora_r", "nodes", "memory"])
 def test_the_command_line_and_the_api_hold_a_number_to_one_range(name):
-    """The click type of each option is made from the range the API checks (question.WHOLE, NUMBERS)."""
+    """The click type of each option is made from the range the API checks (fit_request.WHOLE, NUMBERS)."""
     from advisor.cli.fitting import fit_command
-    from advisor.prediction.question import NUMBERS, WHOLE
+    from advisor.prediction.fit_request import NUMBERS, WHOLE
 
     (option,) = [p for p in fit_command.params if p.name == name]
     least, most = (WHOLE[name][1:3]) if name in WHOLE else NUMBERS[name][1:3]

@@ -363,7 +363,7 @@ def test_the_catalogue_holds_sixteen_kinds_of_hostile_data():
 def test_the_identity_changes_with_every_file_a_card_reads(tmp_path):
     """Issue 48: the data's identity hashes what datasets reads by name, hidden files too (a .huggingface.yaml,
     a hidden data file the card names), so that a change to any of them is a different dataset."""
-    from advisor.measuring.training.dataset import resolve
+    from advisor.measuring.data.source import resolve
 
     folder = card_folder(tmp_path, "\n  - train.jsonl\n  - .extra/rows.jsonl")
     (folder / ".extra").mkdir()
@@ -381,7 +381,7 @@ def test_a_folder_that_reads_no_hidden_file_keeps_its_identity(tmp_path):
     paths and bytes, in name order, as before."""
     import hashlib
 
-    from advisor.measuring.training.dataset import resolve
+    from advisor.measuring.data.source import resolve
 
     folder = card_folder(tmp_path, "train.jsonl")
     digest = hashlib.sha256()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from advisor.kb import store
+from advisor.kb.open import writing
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "kb" / "results.sqlite"
@@ -134,7 +135,7 @@ def user_kb(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("ADVISOR_DB")
     path = tmp_path / "xdg-data" / "advisor" / "kb.sqlite"
     path.parent.mkdir(parents=True)
-    with store.writing(path) as conn:
+    with writing(path) as conn:
         store.write_runs(conn, [GOOD_RUN])
     return path
 
@@ -279,7 +280,7 @@ def test_an_import_may_not_claim_a_published_source(invoke, tmp_path, kb_path, h
         source.write_text(json.dumps({"runs": [GOOD_RUN, forged]}))
     else:
         source = tmp_path / "forged.sqlite"
-        with store.writing(source) as conn:  # another tool's KB: the store itself takes any source
+        with writing(source) as conn:  # another tool's KB: the store itself takes any source
             store.write_runs(conn, [GOOD_RUN, forged])
     before = tree(tmp_path)
     result = invoke(*how.split(), source, "--db", kb_path)

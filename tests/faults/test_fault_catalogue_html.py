@@ -192,8 +192,9 @@ def planted(cli, tmp_path_factory) -> dict:
     the shipped rules."""
     from advisor.answers.flowchart import summary, walk
     from advisor.answers.frontier import frontier
+    from advisor.answers.report_data import gather_report
     from advisor.api import traced_fits
-    from advisor.kb.reader import connect_kb_readonly
+    from advisor.kb.open import connect_kb_readonly
     from advisor.places import shipped_rules_dir
     from advisor.render import charts, site
     from advisor.rules import load_rules
@@ -209,7 +210,8 @@ def planted(cli, tmp_path_factory) -> dict:
         ("flowchart", charts.flowchart_chart(paths, summary(paths), rules)),
     ):
         charts.replace_file(base / PAGES[page], charts.html_page(chart).encode())
-    site.write_site(conn, base / "site", rules, None, "a planted KB", lambda: traced_fits(conn))
+    data = gather_report(conn, rules, None, lambda: traced_fits(conn))
+    site.write_site(data, base / "site", rules, "a planted KB")
     conn.close()
     return dict(base=base)
 

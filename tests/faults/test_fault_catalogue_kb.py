@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from advisor.kb import store
+from advisor.kb.open import open_for_writing, release
 
 HANG_S = 30  # a case still running after this long is a hang
 READ_COMMANDS = [
@@ -62,9 +63,9 @@ def good_run(i: int, **over) -> dict:
 def base_kb(tmp_path_factory) -> Path:
     """One small valid KB (nine runs), made once: every hostile file starts as a copy of it."""
     path = tmp_path_factory.mktemp("base") / "base.sqlite"
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     store.write_runs(conn, [good_run(i) for i in range(9)])
-    store.release(conn)
+    release(conn)
     return path
 
 

@@ -200,11 +200,12 @@ def test_a_live_lease_on_another_host_holds_its_cell(tmp_path, measure_tiny):
 
 def test_the_heartbeat_renews_leases():
     from advisor.kb import lease, store
+    from advisor.kb.open import open_for_writing, release
 
     folder = Path(tempfile.mkdtemp())
     try:
         db = folder / "hb.sqlite"
-        conn = store.open_for_writing(db)
+        conn = open_for_writing(db)
         run = dict(GOOD_RUN, status="running", lease_until="2000-01-01T00:00:00+00:00", metrics=[], epochs=[])
         with store.transaction(conn):
             run_id = store.insert_run(conn, run)
@@ -213,7 +214,7 @@ def test_the_heartbeat_renews_leases():
             time.sleep(0.3)
         (until,) = conn.execute("SELECT lease_until FROM runs WHERE id = ?", [run_id]).fetchone()
         assert until > store.now()
-        store.release(conn)
+        release(conn)
     finally:
         shutil.rmtree(folder)
 

@@ -320,7 +320,8 @@ def test_an_uncaught_exception_fails_the_run_with_its_sentence(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_run_keeps_its_logs_and_the_next_writer_ends_it(tmp_path):
-    from advisor.kb import lease, store
+    from advisor.kb import lease
+    from advisor.kb.open import writing
     from advisor.measuring.machine.hardware import pid_alive
 
     db = tmp_path / "mine.sqlite"
@@ -331,7 +332,7 @@ def test_a_killed_run_keeps_its_logs_and_the_next_writer_ends_it(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     assert [s for (s,) in query(db, "SELECT steps FROM epochs ORDER BY epoch")] == [1, 2, 3]
-    with store.writing(db) as conn:  # the next writer: this host, a dead pid
+    with writing(db) as conn:  # the next writer: this host, a dead pid
         assert lease.mark_crashed(conn, pid_alive) == 1
     (run,) = runs(db)
     assert run["status"] == "crashed" and "ended before the run did" in run["error"]

@@ -10,8 +10,8 @@ import pytest
 
 from advisor.kb.build import build_kb, import_file
 from advisor.kb.ingest import ImportRowsError
+from advisor.kb.open import open_for_writing, release
 from advisor.kb.schema import KNOWN_MIGRATIONS, schema_sql
-from advisor.kb.store import open_for_writing, release
 
 from ..conftest import RULES, kb_before
 
@@ -176,11 +176,12 @@ def test_processes_creating_one_new_kb_at_once_all_succeed(tmp_path):
 def test_validations_travel_with_an_export(tmp_path, invoke):
     """advisor validate's checks and fit's GPU checks are evidence too: export and import carry them."""
     from advisor.kb import store
+    from advisor.kb.open import open_for_writing
     from advisor.kb.store import Check
 
     source = tmp_path / "source.sqlite"
     source.write_bytes(SHIPPED_KB.read_bytes())
-    conn = store.open_for_writing(source)
+    conn = open_for_writing(source)
     machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {"torch": "2.11"}}
     store.add_validations(
         conn, machine, "paper", [Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, -0.002, 0.05, "x")]

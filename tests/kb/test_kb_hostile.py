@@ -10,8 +10,10 @@ import sqlite3
 import pytest
 
 from advisor.errors import KBError
-from advisor.kb import admission, lease, reader, store
-from advisor.kb.schema import connect_kb_readonly
+from advisor.kb import admission, lease, store
+from advisor.kb import open as kb_open
+from advisor.kb.open import connect_kb_readonly, open_for_writing, release
+from advisor.kb.queries import audit, for_report
 
 from ..faults.test_fault_catalogue_kb import good_run, sql
 
@@ -20,9 +22,9 @@ from ..faults.test_fault_catalogue_kb import good_run, sql
 def kb(tmp_path):
     """A small valid KB of nine runs, written through the store."""
     path = tmp_path / "small.sqlite"  # (the test's kb.sqlite is a copy of the shipped KB)
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     store.write_runs(conn, [good_run(i) for i in range(9)])
-    store.release(conn)
+    release(conn)
     return path
 
 
@@ -72,8 +74,8 @@ def test_python_and_sql_say_the_same_rule(kb, column, value, allowed):
     conn.execute(f"UPDATE runs SET {column} = ? WHERE id = 1", [value])
     conn.close()
     ro = connect_kb_readonly(kb)
-    stored = admission.stored_problems(ro, tables=["runs"])
-    (run, *_) = reader.export_runs(ro)
+    stored = audit.stored_problems(ro, tables=["runs"])
+    (run, *_) = for_report.export_runs(ro)
     python = admission.run_problem(run, lenient=True)
     assert (python is None) == allowed, python
     assert (not stored) == allowed, stored
@@ -110,9 +112,9 @@ def test_figures_keep_their_physical_bounds(kb, name, value, allowed):
     )
     conn.close()
     ro = connect_kb_readonly(kb)
-    (run, *_) = reader.export_runs(ro)
+    (run, *_) = for_report.export_runs(ro)
     assert (admission.run_problem(run, lenient=True) is None) == allowed
-    assert (not admission.stored_problems(ro, tables=["metrics"])) == allowed
+    assert (not audit.stored_problems(ro, tables=["metrics"])) == allowed
 
 
 def test_the_rules_cover_every_column():
@@ -126,7 +128,7 @@ def test_the_rules_cover_every_column():
 
 def test_the_store_refuses_a_bad_run_naming_it(kb):
     """Every writer goes through the store: a bad run is refused with its identity and why, nothing written."""
-    conn = store.open_for_writing(kb)
+    conn = open_for_writing(kb)
     count = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
     with pytest.raises(store.BadRuns, match=r"run \(no uid\) \('vit' · 'adam' · 'standard'\): seed must not"):
         store.write_runs(conn, [good_run(20), good_run(21, seed=-5)])
@@ -134,13 +136,13 @@ def test_the_store_refuses_a_bad_run_naming_it(kb):
         with store.transaction(conn):
             store.insert_run(conn, good_run(22, family="<b>klingon</b>"))  # the callback's and claims' path
     assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == count
-    store.release(conn)
+    release(conn)
 
 
 def test_a_trainer_run_may_name_its_own_optimizer_and_figures(tmp_path):
     """The user's own Trainer runs name any well-formed optimizer; a live run's bad figure is left out and
     said, a bad epoch figure stored as not measured, rather than lose the run."""
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     trainer = good_run(0, protocol="trainer", source="trainer", preset="custom", optimizer="lion8bit")
     with store.transaction(conn):
         run_id = store.insert_run(conn, {**trainer, "metrics": [], "epochs": [], "status": "running"})
@@ -155,7 +157,7 @@ def test_a_trainer_run_may_name_its_own_optimizer_and_figures(tmp_path):
     figures = conn.execute("SELECT name, value FROM metrics").fetchall()
     error = conn.execute("SELECT error FROM runs WHERE id = ?", [run_id]).fetchone()[0]
     assert figures == [("step_time", 0.5)] and "figure 'loss' left out: value must be finite" in error
-    store.release(conn)
+    release(conn)
 
 
 def test_import_says_the_same_rules(invoke, tmp_path, kb):
@@ -181,7 +183,7 @@ def test_a_read_has_a_time_bound(kb, monkeypatch):
 def test_damage_met_mid_answer_is_one_sentence(invoke, kb, monkeypatch):
     """A KB read alone above the size whose pages are checked on every read: damage SQLite meets while
     answering ends the command with a sentence naming the KB, not a traceback."""
-    monkeypatch.setattr(reader, "MAX_CHECKED_BYTES_ALONE", 0)
+    monkeypatch.setattr(kb_open, "MAX_CHECKED_BYTES_ALONE", 0)
     conn = sqlite3.connect(kb)
     root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -215,9 +217,9 @@ def test_abandoned_claims_show_as_crashed_and_the_next_writer_marks_them(invoke,
     stats = json.loads(invoke("kb", "stats", "--db", kb, "--json").output)
     assert stats["by_status"] == {"ok": 6, "crashed": 2, "running": 1}  # run 3: this process holds it
     assert kb.read_bytes() == before
-    conn = store.open_for_writing(kb)
+    conn = open_for_writing(kb)
     assert lease.mark_crashed(conn, lease.pid_alive_here) == 2
-    store.release(conn)
+    release(conn)
 
 
 def test_a_merge_streams_its_source_in_batches(invoke, tmp_path, monkeypatch):
@@ -226,9 +228,9 @@ def test_a_merge_streams_its_source_in_batches(invoke, tmp_path, monkeypatch):
 
     monkeypatch.setattr(build, "MERGE_BATCH", 4)
     source = tmp_path / "node.sqlite"
-    conn = store.open_for_writing(source)
+    conn = open_for_writing(source)
     store.write_runs(conn, [good_run(i) for i in range(30)])
-    store.release(conn)
+    release(conn)
     result = invoke("kb", "merge", source, "--db", tmp_path / "mine.sqlite")
     assert result.exit_code == 0 and "30 runs added" in result.output
     again = invoke("kb", "merge", source, "--db", tmp_path / "mine.sqlite")

@@ -4,7 +4,8 @@ import json
 import shutil
 import sqlite3
 
-from advisor.kb.store import open_for_writing, run_digest, run_digests, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import run_digest, run_digests, write_runs
 
 
 def run(uid, hardware, status="ok", loss=1.0):

@@ -7,7 +7,9 @@ import sqlite3
 import pytest
 
 from advisor.kb import lease, store
-from advisor.kb.reader import evidence_groups, group_aggregates, group_cells, group_pairs
+from advisor.kb.open import open_for_writing
+from advisor.kb.queries.for_answers import group_aggregates, group_cells, group_pairs
+from advisor.kb.queries.groups import evidence_groups
 
 from ..conftest import kb_before
 
@@ -36,7 +38,7 @@ def snapshot(conn) -> dict:
 def rebuilt(conn, tmp_path) -> dict:
     copy = tmp_path / f"rebuilt-{len(list(tmp_path.iterdir()))}.sqlite"
     conn.execute("VACUUM INTO ?", [str(copy)])
-    other = store.open_for_writing(copy)
+    other = open_for_writing(copy)
     store.rebuild_summaries(other)
     return snapshot(other)
 
@@ -72,7 +74,7 @@ def run(rng, i, **over) -> dict:
 @pytest.mark.parametrize("seed", range(4))
 def test_maintained_summaries_equal_a_rebuild_after_every_kind_of_write(tmp_path, seed):
     rng = random.Random(seed)
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     store.write_runs(conn, [run(rng, i) for i in range(40)])  # bulk, set-based
     assert snapshot(conn) == rebuilt(conn, tmp_path)
     with store.transaction(conn):  # one at a time
@@ -95,7 +97,7 @@ def test_maintained_summaries_equal_a_rebuild_after_every_kind_of_write(tmp_path
 
 
 def test_pairs_are_the_seed_paired_differences_of_per_seed_means(tmp_path):
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     rows = []
     values = {
         ("adam", 0): [1.0, 3.0],
@@ -132,7 +134,7 @@ def test_pairs_are_the_seed_paired_differences_of_per_seed_means(tmp_path):
 
 
 def test_failed_seeds_are_the_seeds_without_an_ok_run(tmp_path):
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     base = dict(optimizer="adam", strategy="standard", preset="small", protocol="fair", settings=None)
     outcomes = [(0, "ok"), (1, "diverged"), (2, "crashed"), (2, "ok"), (3, "untrained"), (4, "running")]
     store.write_runs(
@@ -170,7 +172,7 @@ def _old_kb(path):
 def test_a_kb_from_before_the_summaries_migrates_with_its_runs_intact(tmp_path):
     path = tmp_path / "old.sqlite"
     _old_kb(path)
-    conn = store.open_for_writing(path)
+    conn = open_for_writing(path)
     rows = conn.execute("SELECT status, settings, protocol, grp IS NOT NULL FROM runs ORDER BY id").fetchall()
     assert rows == [
         ("ok", "preset defaults", "paper", 1),
@@ -187,7 +189,7 @@ def test_a_kb_from_before_the_summaries_migrates_with_its_runs_intact(tmp_path):
 
 def test_an_export_from_before_0008_imports_its_settings(tmp_path):
     """Files exported before 0008 named a run's settings `protocol`; they import as settings."""
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     r = run(random.Random(1), 1, protocol="lr=0.01, epochs=8", status="ok")
     r.pop("settings")
     store.write_runs(conn, [r])
@@ -197,7 +199,7 @@ def test_an_export_from_before_0008_imports_its_settings(tmp_path):
 def test_update_run_refuses_to_set_a_group(tmp_path):
     from advisor.errors import KBError
 
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     store.write_runs(conn, [run(random.Random(2), 1)])
     with pytest.raises(KBError, match="group"):
         store.update_run(conn, 1, grp=7)
@@ -207,7 +209,7 @@ def test_raw_sqlite_check_rejects_an_unknown_status_and_protocol(tmp_path):
     """The store refuses them (advisor.kb.admission); below it, the schema's own CHECK does too."""
     from advisor.errors import KBError
 
-    conn = store.open_for_writing(tmp_path / "t.sqlite")
+    conn = open_for_writing(tmp_path / "t.sqlite")
     for column, value in (("status", "exploded"), ("protocol", "vibes")):
         r = run(random.Random(3), 1, **{column: value})
         with pytest.raises(KBError, match=f"{column} is {value!r}, not one of"):

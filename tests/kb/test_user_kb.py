@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from advisor.kb import checks as remembered
-from advisor.kb import reader
-from advisor.kb.store import open_for_writing, release, write_runs
+from advisor.kb import open as kb_open
+from advisor.kb.open import open_for_writing, release
+from advisor.kb.store import write_runs
 
 from ..conftest import SHIPPED_KB
 
@@ -308,8 +309,8 @@ def checks(monkeypatch, no_db):
     release(db)
     time.sleep(STILL_S * 2)
     counted = []
-    real = reader._check_pages_and_rows
-    monkeypatch.setattr(reader, "_check_pages_and_rows", lambda *a: counted.append(a[1]) or real(*a))
+    real = kb_open._check_pages_and_rows
+    monkeypatch.setattr(kb_open, "_check_pages_and_rows", lambda *a: counted.append(a[1]) or real(*a))
     return counted
 
 
@@ -524,7 +525,7 @@ def test_a_link_flipped_after_the_open_never_records_a_forged_kb_as_passed(
     no_db.symlink_to(good)
     time.sleep(STILL_S * 2)
 
-    real, flips = reader.check_schema, []
+    real, flips = kb_open.check_schema, []
 
     def flip_then_check(*args):  # the attacker's moment: after the open, before the pass is keyed
         if not flips:
@@ -533,7 +534,7 @@ def test_a_link_flipped_after_the_open_never_records_a_forged_kb_as_passed(
             flips.append(forged)
         return real(*args)
 
-    monkeypatch.setattr(reader, "check_schema", flip_then_check)
+    monkeypatch.setattr(kb_open, "check_schema", flip_then_check)
     assert answers(invoke)  # the good file, read and checked
     assert flips and no_db.resolve() == forged
     assert not remembered.checks_path().exists() or str(forged) not in remembered.checks_path().read_text()

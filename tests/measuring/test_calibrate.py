@@ -56,11 +56,13 @@ def test_calibrating_gives_fit_a_step_time_on_this_cpu_near_a_real_one(invoke, t
 def test_validate_does_not_count_calibrations_as_its_checks(invoke, tmp_path):
     """The rates share `validations` with advisor validate's checks; its summary leaves them out."""
     from advisor.kb import store
-    from advisor.kb.reader import speed_calibrations, validation
+    from advisor.kb.open import writing
+    from advisor.kb.queries.for_answers import validation
+    from advisor.kb.queries.for_prediction import speed_calibrations
     from advisor.kb.store import Check
 
     db = tmp_path / "kb.sqlite"
-    with store.writing(db) as conn:
+    with writing(db) as conn:
         machine = {"hardware": "cpu", "device": "CPU: test", "software": {}}
         store.add_validations(conn, machine, "", [Check("speed_matmul_flops", None, True, 1e10, None, "x")])
         assert validation(conn, "cpu") is None
@@ -98,8 +100,8 @@ def test_calibrating_under_a_cpu_hog_agrees_or_says_by_how_much(invoke, tmp_path
     command says they did not, with the spread; the figures kept are finite and positive either way."""
     import multiprocessing
 
-    from advisor.kb import store
-    from advisor.kb.reader import speed_calibrations
+    from advisor.kb.open import open_for_writing, release
+    from advisor.kb.queries.for_prediction import speed_calibrations
 
     db = tmp_path / "kb.sqlite"
     hog = multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
@@ -112,11 +114,11 @@ def test_calibrating_under_a_cpu_hog_agrees_or_says_by_how_much(invoke, tmp_path
         hog.join()
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())  # the console wraps its lines
-    conn = store.open_for_writing(db)
+    conn = open_for_writing(db)
     try:
         chosen = speed_calibrations(conn)["cpu"]
     finally:
-        store.release(conn)
+        release(conn)
     assert chosen["calibrations"] == 1 and 1 <= chosen["rounds"] <= 3 and chosen["tolerance"] == 0.2
     for name in ("speed_matmul_flops", "speed_stream_bytes", "speed_micro_batch_s"):
         assert 0 < chosen[name] < float("inf")
@@ -160,10 +162,11 @@ def _speed_rows(conn) -> int:
 def test_a_rate_that_prices_no_step_is_refused_and_nothing_written(tmp_path, name, bad):
     from advisor.errors import KBError
     from advisor.kb import store
+    from advisor.kb.open import writing
     from advisor.kb.store import Check
 
     checks = [Check(n, None, True, v, None, "x") for n, v in {**RATES, name: bad}.items()]
-    with store.writing(tmp_path / "kb.sqlite") as conn:
+    with writing(tmp_path / "kb.sqlite") as conn:
         with pytest.raises(
             KBError, match=f"cannot store the calibration: {name} = .* must .*nothing was written"
         ):
@@ -192,10 +195,10 @@ def _record(conn, at: str, rates: dict, agreed=None, spread=0.05, rounds=3) -> N
 
 
 def test_kb_check_flags_stored_rates_that_price_no_step(invoke, tmp_path):
-    from advisor.kb import store
+    from advisor.kb.open import writing
 
     db = tmp_path / "kb.sqlite"
-    with store.writing(db) as conn:
+    with writing(db) as conn:
         for i, bad in enumerate(BAD):
             _record(conn, f"2026-01-0{i + 1}T00:00:00+00:00", {**RATES, "speed_matmul_flops": bad})
     result = invoke("kb", "check", "--db", db)
@@ -207,10 +210,11 @@ def test_kb_check_flags_stored_rates_that_price_no_step(invoke, tmp_path):
 
 
 def test_the_latest_calibration_that_agreed_is_chosen_and_broken_ones_ignored(tmp_path):
-    from advisor.kb import store
-    from advisor.kb.reader import speed_calibrations, validation
+    from advisor.kb.open import writing
+    from advisor.kb.queries.for_answers import validation
+    from advisor.kb.queries.for_prediction import speed_calibrations
 
-    with store.writing(tmp_path / "kb.sqlite") as conn:
+    with writing(tmp_path / "kb.sqlite") as conn:
         _record(conn, "2026-01-01T00:00:00+00:00", {**RATES, "speed_matmul_flops": 1e9})  # before rounds
         assert speed_calibrations(conn)["cpu"] == {
             **{**RATES, "speed_matmul_flops": 1e9},
@@ -255,11 +259,11 @@ def test_the_latest_calibration_that_agreed_is_chosen_and_broken_ones_ignored(tm
 def test_the_deadline_ends_the_rounds_and_the_calibration_says_it_did_not_agree(tmp_path):
     """Past its deadline no round starts (the first completes): too few rounds to compare is no agreement;
     an earlier calibration that agreed stays the one chosen."""
-    from advisor.kb import store
+    from advisor.kb.open import writing
     from advisor.measuring.device_speed import calibrate_here
 
     db = tmp_path / "kb.sqlite"
-    with store.writing(db) as conn:
+    with writing(db) as conn:
         _record(conn, "2026-01-02T00:00:00+00:00", RATES, agreed=True, spread=0.05, rounds=3)
     result = calibrate_here(db, "cpu", deadline_s=0)
     assert (result.rounds, result.agreed) == (1, False)

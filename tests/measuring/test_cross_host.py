@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.kb.store import open_for_writing, write_runs
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
 from tests.conftest import measured_run
 
 BENCH = Path(__file__).parents[2] / "bench"

@@ -131,7 +131,7 @@ def test_an_unknown_or_doubled_link_is_refused_with_the_choices(rules, bad):
 
     with pytest.raises(InputError) as e:
         accelerators.links(rules.accelerators["h100-80gb"], bad, rules)
-    assert e.value.param == "--interconnect"
+    assert e.value.field == "interconnect"
     assert "e.g." in str(e.value) or "Links: nvlink2" in str(e.value)
 
 

@@ -573,10 +573,11 @@ def test_recommend_gpu_needs_a_model(invoke):
 
 def test_fit_names_how_its_predictions_were_checked_on_gpus(invoke, tmp_path, monkeypatch):
     from advisor.kb import store
+    from advisor.kb.open import open_for_writing
     from advisor.kb.store import Check
 
     db = tmp_path / "mine.sqlite"
-    conn = store.open_for_writing(db)
+    conn = open_for_writing(db)
     machine = {"hardware": "NVIDIA H200", "device": "cuda", "software": {}}
     checks = [
         Check("fit_tensor_peak_vs_cuda_allocated", "llama", True, v, 0.05, "x") for v in (-0.002, 0.01, -0.03)

@@ -13,10 +13,11 @@ import pytest
 import advisor
 from advisor.errors import ModelNotResolved
 from advisor.model_ref import resolve_model
-from advisor.prediction.question import FitRequest, question
-from advisor.prediction.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
-from advisor.prediction.snippets import training_code
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.question import question
 from advisor.prediction.step import Config
+from advisor.prediction.training_code.recipe import Recipe, accumulates, batches, learning_rate, rates_tuned
+from advisor.prediction.training_code.snippets import training_code
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "tests/fixtures/configs/Qwen2-0.5B"
@@ -52,20 +53,22 @@ def test_the_micro_batch_is_the_largest_power_of_two_that_fits_and_accumulation_
 
 
 @pytest.mark.parametrize(
-    "options, flag",
+    "options, field",
     [
-        (dict(effective_batch=0), "--effective-batch"),
-        (dict(effective_batch=2.5), "--effective-batch"),
-        (dict(effective_batch=True), "--effective-batch"),
-        (dict(batch_size=0), "--batch-size"),
-        (dict(accumulation_steps=1), "--accumulation-steps"),
-        (dict(batch_size=2, accumulation_steps=2, effective_batch=8), "--effective-batch"),
+        (dict(effective_batch=0), "effective_batch"),
+        (dict(effective_batch=2.5), "effective_batch"),
+        (dict(effective_batch=True), "effective_batch"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(accumulation_steps=1), "accumulation_steps"),
+        (dict(batch_size=2, accumulation_steps=2, effective_batch=8), "effective_batch"),
     ],
 )
-def test_a_bad_batch_is_one_sentence_naming_its_option(rules, options, flag):
+def test_a_bad_batch_is_one_sentence_naming_its_field(rules, options, field):
+    """The error names the field as the request spells it; its sentence, the option as the CLI does."""
     with pytest.raises(advisor.Error) as e:
         ask(rules, **options)
-    assert e.value.param == flag and "\n" not in str(e.value)
+    flag = "--" + field.replace("_", "-")
+    assert e.value.field == field and flag in str(e.value) and "\n" not in str(e.value)
 
 
 def test_bad_effective_batches_on_the_command_line(invoke):
@@ -104,8 +107,8 @@ def test_the_kbs_tuned_rate_replaces_the_default_for_the_model_it_was_tuned_on(r
     """The shipped KB's small reference grid was measured at rates tuned per optimizer: a question about that
     model at that preset starts from the rate its runs chose, and says so; a base is matched by its config's
     hash; another model keeps the default."""
-    from advisor.kb.reader import tuned_rates
-    from advisor.kb.schema import connect_kb_readonly
+    from advisor.kb.open import connect_kb_readonly
+    from advisor.kb.queries.for_prediction import tuned_rates
     from advisor.places import shipped_kb_path
 
     conn = connect_kb_readonly(shipped_kb_path())

@@ -17,9 +17,10 @@ import pytest
 
 import advisor
 from advisor.model_ref import resolve_model
-from advisor.prediction.question import FitRequest, question
-from advisor.prediction.recipe import Recipe, accumulates, learning_rate
-from advisor.prediction.snippets import keyword_arguments, training_code
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.question import question
+from advisor.prediction.training_code.recipe import Recipe, accumulates, learning_rate
+from advisor.prediction.training_code.snippets import keyword_arguments, training_code
 from advisor.rules import load_rules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,7 +200,7 @@ import json, logging, sys, warnings
 warnings.simplefilter("error")
 from accelerate.parallelism_config import ParallelismConfig
 from transformers import TrainingArguments
-from advisor.prediction.snippets import keyword_arguments
+from advisor.prediction.training_code.snippets import keyword_arguments
 
 said = []
 class Said(logging.Handler):

@@ -17,9 +17,10 @@ import pytest
 import vl_convert
 from PIL import Image
 
-from advisor.kb.store import open_for_writing
+from advisor.kb.open import open_for_writing
 from advisor.places import user_dir
 from advisor.render import charts
+from advisor.render.chart_layout import least_span
 
 PLOTTING = ("altair", "vl_convert", "jinja2", "narwhals", "jsonschema")
 
@@ -236,9 +237,9 @@ def test_axes_never_stretch_a_tie_nor_run_past_100_percent(invoke, tmp_path, arg
 
 def test_the_least_span_is_twice_the_equivalence_margin(rules):
     time, loss = rules.metric("time"), rules.metric("loss")
-    assert charts.least_span(time, rules, 66.3) == pytest.approx(2 * 0.05 * 66.3)
-    assert charts.least_span(loss, rules, 2.0) == pytest.approx(2 * 0.01 * 2.0)
-    assert charts.least_span(loss, rules, 0.0) == 0
+    assert least_span(time, rules, 66.3) == pytest.approx(2 * 0.05 * 66.3)
+    assert least_span(loss, rules, 2.0) == pytest.approx(2 * 0.01 * 2.0)
+    assert least_span(loss, rules, 0.0) == 0
 
 
 @pytest.fixture(scope="module")

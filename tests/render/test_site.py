@@ -17,8 +17,9 @@ from PIL import Image
 
 from advisor.api import REPORT_GPUS as FIT_GPUS
 from advisor.cli import cli
-from advisor.kb.store import open_for_writing, write_runs
-from advisor.render.charts import least_span
+from advisor.kb.open import open_for_writing
+from advisor.kb.store import write_runs
+from advisor.render.chart_layout import least_span
 from advisor.render.site import phase_words, shown_path, without_paths
 from advisor.rules import load_rules
 
@@ -314,7 +315,7 @@ def test_frontier_html_in_a_browser(browser, invoke, tmp_path):
 
 
 def test_rows_from_different_kinds_of_evidence_are_badged_and_bannered():
-    from advisor.kb.reader import USER_ID_OFFSET, Group
+    from advisor.kb.queries.groups import USER_ID_OFFSET, Group
     from advisor.render.site import evidence_badge, mixed_evidence
 
     paper = Group("paper:2608.08961", "A100", "paper", "llama", "decoder", 5, 1, id=2)

@@ -2,10 +2,11 @@
 family for its task (`advisor.measuring.model.families`), and the seeded micro-batches of an epoch.
 
 Where the examples come from is the run's choice (`--data`, resolved once per `advisor measure` by
-`advisor.measuring.training.dataset`, which reads every dataset from local files): the generated corpus, the default, offline
-and deterministic (MM-IMDb-like movie plots as text, posters whose colour and stripes encode the genre,
-captions that describe the poster), or a dataset: the paper's MM-IMDb, a Hugging Face dataset, the user's
-own files. Both go through the same `datasets.Dataset` path, encoding and seeded shuffling.
+`advisor.measuring.data.source`; `advisor.measuring.data.table` reads every dataset from local files): the
+generated corpus, the default, offline and deterministic (MM-IMDb-like movie plots as text, posters whose
+colour and stripes encode the genre, captions that describe the poster), or a dataset: the paper's MM-IMDb,
+a Hugging Face dataset, the user's own files. Both go through the same `datasets.Dataset` path, encoding
+and seeded shuffling.
 """
 
 from __future__ import annotations

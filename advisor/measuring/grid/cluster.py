@@ -26,6 +26,7 @@ from pathlib import Path
 
 from advisor.errors import Error
 from advisor.kb import lease, store
+from advisor.kb.open import writing
 from advisor.measuring.grid.isolation import train_in_child
 from advisor.measuring.grid.local import GridRun, new_order_seed, run_order
 from advisor.measuring.grid.runner import CellOutcome, CellResult, built_fields, cell_run
@@ -179,7 +180,7 @@ def run_grid_ray(
     todo = deque((position, index) for position, index in enumerate(order))
     flights: dict = {}
     progress = _progress_queue()
-    with store.writing(db_path) as conn, lease.Heartbeat(db_path) as heartbeat:
+    with writing(db_path) as conn, lease.Heartbeat(db_path) as heartbeat:
         lease.mark_crashed(conn, pid_alive)
         reporter.grid_start(len(cells))
         try:

@@ -17,7 +17,8 @@ from pathlib import Path
 from advisor.answers.evidence import Asked, Selector
 from advisor.answers.recommendation import recommend
 from advisor.errors import NoEvidence
-from advisor.kb.reader import evidence_groups, open_for_reading
+from advisor.kb.open import open_for_reading
+from advisor.kb.queries.groups import evidence_groups
 from advisor.measuring.grid.runner import SOURCE
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.recipe.config import GridCell

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb import lease, store
+from advisor.kb.open import writing
 from advisor.measuring.grid.runner import CellOutcome, CellResult, run_cell, train_cell
 from advisor.measuring.machine.hardware import pid_alive
 from advisor.measuring.machine.orphans import PARENT_ENV
@@ -456,7 +457,7 @@ def _cell_process(cell, db_path, rules, order, peaks, pipe, watch, environ) -> N
     code = 0
     try:
         reporter = ForwardingReporter(send)
-        with store.writing(db_path) as conn, _ClaimTelling(db_path, send) as heartbeat:
+        with writing(db_path) as conn, _ClaimTelling(db_path, send) as heartbeat:
             result = run_cell(cell, conn, rules, reporter, heartbeat, order=order, peaks=peaks, exiting=True)
         reporter.flush()
         send(("peaks", peaks))

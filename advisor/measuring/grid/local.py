@@ -18,7 +18,8 @@ import random
 import secrets
 from pathlib import Path
 
-from advisor.kb import lease, store
+from advisor.kb import lease
+from advisor.kb.open import writing
 from advisor.measuring.grid import isolation
 from advisor.measuring.grid.runner import CellResult
 from advisor.measuring.recipe.config import GridCell
@@ -68,7 +69,7 @@ def run_grid(
     order_seed = new_order_seed() if order_seed is None else order_seed
     order = run_order(cells, order_seed)
     results: list[CellResult | None] = [None] * len(cells)
-    with store.writing(db_path) as conn:
+    with writing(db_path) as conn:
         lease.mark_crashed(conn, isolation.alive)
         if cells:
             isolation.start_server(rules)

@@ -126,19 +126,19 @@ def plan_grid(
             raise InputError(
                 f"--steps-per-epoch {r.steps_per_epoch} is not a multiple of --accumulation-steps "
                 f"{r.accumulation_steps}: accumulation would drop micro-batches.",
-                "--steps-per-epoch",
+                "steps_per_epoch",
             )
     return cells
 
 
 def _check_names(rules: Rules, optimizers: list[str], strategies: list[str]) -> None:
-    for names, known, flag in (
-        (optimizers, rules.optimizers, "optimizer"),
-        (strategies, rules.strategies, "strategy"),
+    for names, known, what, field_name in (
+        (optimizers, rules.optimizers, "optimizer", "optimizers"),
+        (strategies, rules.strategies, "strategy", "strategies"),
     ):
         for name in names:
             if name not in known:
-                raise InputError(f"unknown {flag} {name!r}. Choose from: {', '.join(known)}.", f"--{flag}")
+                raise InputError(f"unknown {what} {name!r}. Choose from: {', '.join(known)}.", field_name)
 
 
 def run_cell(

@@ -17,10 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rich.table import Table
-
 from advisor.kb.lease import cell_outcome
-from advisor.kb.schema import connect_kb_readonly
+from advisor.kb.open import connect_kb_readonly
 from advisor.measuring.grid.runner import TUNING_SOURCE
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.recipe.config import DEFAULT_LR, GridCell, RunConfig
@@ -218,16 +216,3 @@ def _choose(key: RunConfig, grid: tuple[float, ...], db_path: Path) -> Tuned:
         conn.close()
     best = min(losses, key=lambda lr: (losses[lr], lr)) if losses else None
     return Tuned(key.model, key.optimizer, key.strategy, best, tried)
-
-
-def tuned_table(tuned: list[Tuned]):
-    """The rates --tune-lr chose, and what every rate tried gave (a rich Table)."""
-    table = Table(title="--tune-lr: rates chosen on the tuning seed", title_justify="left", show_edge=False)
-    for col in ("model", "optimizer", "tuned with", "chosen", "tried"):
-        table.add_column(col)
-    for t in tuned:
-        chosen = f"{t.lr:g}" if t.lr is not None else "[red]none trained: default kept[/red]"
-        chosen += " [yellow](edge of the grid)[/yellow]" if t.at_edge else ""
-        tried = ", ".join(f"{lr:g}: {what}" for lr, what in t.tried.items())
-        table.add_row(t.model, t.optimizer, t.strategy, chosen, tried)
-    return table

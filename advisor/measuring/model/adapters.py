@@ -69,7 +69,7 @@ def adapted(model, adapter: Adapter, dtype: str, mode=None, heads: tuple[str, ..
             raise InputError(
                 f"--lora-targets {','.join(adapter.targets)} match no linear layer of the model; name them by "
                 f"their last part, as peft matches them: {', '.join(names)}.",
-                "--lora-targets",
+                "lora_targets",
             ) from e
         raise
 

@@ -1,1 +1,1 @@
-"""`advisor measure --plan`: a grid's cost before it runs, from past runs and a timed calibration."""
+"""`advisor measure --plan`: a grid's cost before it runs, from past runs and model shapes timed here."""

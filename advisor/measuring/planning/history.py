@@ -20,7 +20,8 @@ from pathlib import Path
 
 from advisor.errors import KBError
 from advisor.kb.lease import cells_ended_here
-from advisor.kb.reader import open_for_reading, past_runs
+from advisor.kb.open import open_for_reading
+from advisor.kb.queries.for_planning import past_runs
 from advisor.measuring.recipe.config import RunConfig
 from advisor.places import exists, resolve_db_path, shipped_kb_path, user_kb_path
 
@@ -58,7 +59,7 @@ class KB:
 
 def open_kbs(db) -> list[KB]:
     """Every KB in sight, the one measure writes first: --db or $ADVISOR_DB (else yours), yours, the
-    shipped one; each once, each alone and read-only (advisor.kb.reader.open_for_reading)."""
+    shipped one; each once, each alone and read-only (advisor.kb.open.open_for_reading)."""
     if db or os.environ.get("ADVISOR_DB"):
         first = ("--db" if db else "$ADVISOR_DB", resolve_db_path(db))
     else:
@@ -159,7 +160,7 @@ def read_history(kbs: list[KB], target, models: set[str]) -> History:
 
 
 def _history_of(rows, label: str) -> History:
-    """One KB's figures from its runs' rows (reader.past_runs); a row whose config cannot be read is left out."""
+    """One KB's figures from its runs' rows (for_planning.past_runs); a row whose config cannot be read is left out."""
     walls, steps, startups, rss, gflops = {}, {}, {}, {}, {}
     for key, source, config, optimizer, strategy, data, wall, trained, updates, untimed, peak, rate in rows:
         run = _config(config)

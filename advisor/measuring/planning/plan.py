@@ -6,12 +6,12 @@ protocol runs before, during and after training, and the measured step. Both com
 1. runs of the same cell (its key, any seed) on the target hardware, in any KB in sight (history.py);
 2. runs of the same model shape (model, preset, batch, dtype, sizes, device, generated data or not) there:
    the seconds per update of the same optimizer × strategy, the start-up of the same strategy and length;
-3. a calibration here, when planning for this machine, once per model shape (calibration.py);
+3. a shape timing here, when planning for this machine, once per model shape (shape_timing.py);
 4. `advisor fit`'s FLOPs per update, at the accelerator's peak × MFU, or on a CPU at the GFLOP/s measured
-   here (runs, else a calibration), for shapes nothing above prices (--gpu, a model too large to step
+   here (runs, else a shape timing), for shapes nothing above prices (--gpu, a model too large to step
    here); its start-up then counts only the evaluations (a forward pass a third of a step), and says so.
 The table says which KB a figure came from. Memory on this machine's CPU is the peak RSS measured (runs of
-the same optimizer × strategy, else the calibrating process, which ran the model's steps); a cell under half
+the same optimizer × strategy, else the timing process, which ran the model's steps); a cell under half
 the host's RAM obviously fits, and advisor fit's trace is skipped. Elsewhere (a GPU, --gpu, a model too
 large to step here) memory is advisor fit's trace (peak tensors + overhead), once per model shape, against
 the accelerator's. Cells predicted not to fit are flagged and left out of the makespan (they end in
@@ -25,27 +25,14 @@ from __future__ import annotations
 import heapq
 import statistics
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import psutil
 import torch
-from rich import box
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from advisor.errors import FitError, InputError
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.model.builder import build_model
 from advisor.measuring.model.families import family_of
-from advisor.measuring.planning.calibration import (
-    Calibration,
-    calibrate,
-    evaluations_of,
-    preloaded,
-    preset_of,
-    sizes_of,
-)
 from advisor.measuring.planning.history import (
     Figure,
     History,
@@ -55,17 +42,27 @@ from advisor.measuring.planning.history import (
     read_history,
     shape_of,
 )
+from advisor.measuring.planning.shape_timing import (
+    ShapeTiming,
+    evaluations_of,
+    preloaded,
+    preset_of,
+    sizes_of,
+    time_shape,
+)
 from advisor.measuring.recipe.config import ADAPTING, GridCell, RunConfig
 from advisor.measuring.tracer.engine import trace
 from advisor.prediction import accelerators
 from advisor.prediction.answer import fit
 from advisor.prediction.cache import open_cache
-from advisor.prediction.question import FitRequest, question
+from advisor.prediction.fit_request import FitRequest
+from advisor.prediction.question import question
 from advisor.rules import Rules
 
-CALIBRATION = "calibration"  # where a figure timed by this plan comes from (the others: a KB's label)
+TIMED_HERE = "calibration"  # where a figure timed by this plan comes from (the others: a KB's label; the
+# word is the JSON's and the table's: "calibrated")
 OBVIOUS_SHARE = 0.5  # a CPU cell whose measured peak RSS is under this share of the host's RAM fits
-CALIBRATE_SHARE = 0.25  # a model is calibrated here when 16 bytes a parameter fit in this share of memory
+TIME_SHARE = 0.25  # a model shape is timed here when 16 bytes a parameter fit in this share of memory
 
 
 @dataclass
@@ -81,10 +78,10 @@ class CellCost:
     origin: str = "unknown"  # measured (the same cell) | runs | calibrated | fit | unknown
     step: Figure | None = None  # seconds per optimizer update
     startup: Figure | None = None  # the rest of its wall time: build, data, evaluations, measured step
-    startup_parts: dict[str, float] = field(default_factory=dict)  # where the calibration timed them
+    startup_parts: dict[str, float] = field(default_factory=dict)  # where the shape timing timed them
     updates: int = 0
     evaluations: int = 0  # held-out evaluations the protocol runs (at most: checks stop at the target)
-    memory_from: str | None = None  # peak RSS of runs (a KB's label), the calibration, or advisor fit
+    memory_from: str | None = None  # peak RSS of runs (a KB's label), the shape timing, or advisor fit
     wall: Figure | None = None  # the same cell's measured wall time
 
     @property
@@ -127,11 +124,11 @@ def _short(kb: str) -> str:
 
 
 def _from(figure: Figure | None, fallback: str) -> str | None:
-    """Where a figure came from, in a word or two: runs of a KB, the calibration, advisor fit (an estimate
+    """Where a figure came from, in a word or two: runs of a KB, the shape timing, advisor fit (an estimate
     from fit's step says nothing more)."""
     if figure is None or figure.kb == ESTIMATE:
         return None if fallback == "none" else fallback
-    if figure.kb == CALIBRATION:
+    if figure.kb == TIMED_HERE:
         return "calibrated"
     return f"runs: {_short(figure.kb)}" if figure.runs else figure.kb
 
@@ -143,8 +140,13 @@ class Plan:
     budget_gb: float
     makespans: dict[int, float] = field(default_factory=dict)  # workers -> seconds (LPT)
     kbs: list[dict] = field(default_factory=list)  # the KBs read, in order of trust, and why one was not
-    calibrations: list[dict] = field(default_factory=list)  # what each model shape cost when timed here
-    uncalibrated: list[str] = field(default_factory=list)  # shapes not timed here, and why (fit prices them)
+    timings: list[dict] = field(default_factory=list)  # what each model shape cost when timed here
+    untimed: list[str] = field(default_factory=list)  # shapes not timed here, and why (fit prices them)
+
+    @property
+    def assumptions(self) -> list[str]:
+        """What every plan assumes, in clauses (the table's last line, the JSON's `assumptions`)."""
+        return ASSUMPTIONS
 
     @property
     def runnable(self) -> list[float]:
@@ -167,9 +169,9 @@ class Plan:
             "makespan_s": {str(w): s for w, s in self.makespans.items()},
             "lower_bound_s": {str(w): self.lower_bound(w) for w in self.makespans},
             "kbs": self.kbs,
-            "calibrations": self.calibrations,
-            "uncalibrated": self.uncalibrated,
-            "assumptions": ASSUMPTIONS,
+            "calibrations": self.timings,  # the JSON's keys, as before the shape timing was named
+            "uncalibrated": self.untimed,
+            "assumptions": self.assumptions,
         }
 
 
@@ -203,13 +205,13 @@ def plan_cells(
     gpu: str | None,
     workers: list[int],
     db=None,
-    calibrate: bool = False,
+    fresh: bool = False,
 ) -> Plan:
     """Every cell's predicted time and memory on `gpu` (None: this machine), and the makespans.
-    `calibrate`: price every cell from a calibration here now, whatever the KBs hold (this machine only)."""
+    `fresh`: price every cell from its shape timed here now, whatever the KBs hold (this machine only)."""
     acc, device = _target(cells, gpu, rules)
-    if calibrate and gpu is not None:
-        raise InputError("a calibration times this machine: plan without --gpu to calibrate.", "--gpu")
+    if fresh and gpu is not None:
+        raise InputError("a calibration times this machine: plan without --gpu to calibrate.", "gpu")
     planned = [c.on(device) for c in cells]
     questions = _fit_questions(planned, acc, rules)  # every option checked against the model, nothing traced
     here = describe(device)["hardware"] if gpu is None else None
@@ -217,7 +219,7 @@ def plan_cells(
     try:
         history = (
             History()
-            if calibrate
+            if fresh
             else read_history(
                 kbs, lambda hw: _same_hardware(hw, here, acc, rules), {c.config.model for c in cells}
             )
@@ -227,16 +229,16 @@ def plan_cells(
         for kb in kbs:
             if kb.conn is not None:
                 kb.conn.close()
-    calibrations, uncalibrated = _calibrate_shapes(planned, history, rules, calibrate) if here else ({}, [])
+    timings, untimed = _time_shapes(planned, history, rules, fresh) if here else ({}, [])
     host_gb = accelerators.memory_gb(acc) if device == "cpu" else None
-    costs = [_price(cell, history, calibrations, rules, host_gb) for cell in planned]
-    _fill_from_fit(costs, questions, rules, db, history, calibrations)
+    costs = [_price(cell, history, timings, rules, host_gb) for cell in planned]
+    _fill_from_fit(costs, questions, rules, db, history, timings)
     for cost in costs if done else ():
         cost.done = (_key(cost.config), cost.config.seed) in done
     plan = Plan(costs, acc.name, accelerators.memory_gb(acc))
     plan.kbs = [kb.as_dict() for kb in kbs]
-    plan.calibrations = [c.as_dict(shape) for shape, c in calibrations.items() if c is not None]
-    plan.uncalibrated = uncalibrated
+    plan.timings = [t.as_dict(shape) for shape, t in timings.items() if t is not None]
+    plan.untimed = untimed
     plan.makespans = {w: lpt_makespan(plan.runnable, w) for w in workers}
     return plan
 
@@ -250,7 +252,7 @@ def _target(cells: list[GridCell], gpu: str | None, rules: Rules) -> tuple:
     if "cuda" in asked and not torch.cuda.is_available():
         raise InputError(
             "--device cuda, but this machine has no GPU: pass --gpu NAME, the accelerator the cells will run on.",
-            "--gpu",
+            "gpu",
         )
     device = resolve_device(next(iter(asked)))
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
@@ -269,12 +271,12 @@ def _same_hardware(hardware: str, here: str | None, acc, rules: Rules) -> bool:
     return accelerators.find(hardware, rules) is acc
 
 
-# --- which model shapes are calibrated here ------------------------------------------------------------
+# --- which model shapes are timed here ----------------------------------------------------------------
 
 
-def _calibrate_shapes(cells: list[GridCell], history: History, rules: Rules, every: bool) -> tuple:
-    """({shape: its Calibration, or None}, [why a shape was not calibrated]): each shape some cell of which
-    past runs do not price (`every`: all) is timed here, unless too large to build here or its calibration
+def _time_shapes(cells: list[GridCell], history: History, rules: Rules, every: bool) -> tuple:
+    """({shape: its ShapeTiming, or None}, [why a shape was not timed]): each shape some cell of which
+    past runs do not price (`every`: all) is timed here, unless too large to build here or its timing
     failed (advisor fit then prices it)."""
     shapes: dict[tuple, list[GridCell]] = {}
     for cell in cells:
@@ -284,13 +286,13 @@ def _calibrate_shapes(cells: list[GridCell], history: History, rules: Rules, eve
         if not every and all(_priced_by_runs(c.config, history) for c in members):
             continue
         out[shape], name = None, members[0].config.model
-        reason = _not_calibrated(members[0], rules)
+        reason = _not_timed(members[0], rules)
         if reason:
             why.append(f"{name}: {reason}")
             continue
         preloaded(rules)
         try:
-            out[shape] = calibrate(members, rules)
+            out[shape] = time_shape(members, rules)
         except Exception as e:  # a model this process cannot step is the cells' to report; fit prices them
             why.append(f"{name}: its calibration failed ({type(e).__name__}: {str(e)[:200]})")
     return out, why
@@ -307,10 +309,10 @@ def _priced_by_runs(cfg: RunConfig, history: History) -> bool:
     ) in history.startups
 
 
-def _not_calibrated(cell: GridCell, rules: Rules) -> str | None:
+def _not_timed(cell: GridCell, rules: Rules) -> str | None:
     """Why the cell's model may not be built and stepped here, or None: its fp32 weights, gradients and two
     moments (16 bytes a parameter, counted on PyTorch's meta device: nothing allocated) must fit in
-    CALIBRATE_SHARE of the memory free on its device."""
+    TIME_SHARE of the memory free on its device."""
     cfg = cell.config
     try:
         with torch.device("meta"):
@@ -322,7 +324,7 @@ def _not_calibrated(cell: GridCell, rules: Rules) -> str | None:
         if not n_params:  # the cells will report it; fit prices them meanwhile
             return f"its model could not be built ({type(e).__name__}: {str(e)[:200]})"
     need, free = 16 * n_params / 1e9, _available_bytes(cfg.device) / 1e9
-    if need > CALIBRATE_SHARE * free:
+    if need > TIME_SHARE * free:
         return f"too large to step here ({need:.1f} GB of weights, gradients and moments; {free:.1f} GB free)"
     return None
 
@@ -348,29 +350,29 @@ SOURCES = {
 ESTIMATE = "evaluations only"  # a start-up nothing measured: its evaluations at a third of a step each
 
 
-def _price(cell: GridCell, history: History, calibrations: dict, rules: Rules, host_gb) -> CellCost:
-    """A cell's time from runs of the same cell, else runs of its shape, else its shape's calibration
+def _price(cell: GridCell, history: History, timings: dict, rules: Rules, host_gb) -> CellCost:
+    """A cell's time from runs of the same cell, else runs of its shape, else its shape's timing here
     (seconds None: advisor fit prices it), and its memory where a measured peak RSS obviously fits."""
     cfg = cell.config
     pair = (shape_of(cfg), cfg.optimizer, cfg.strategy)
-    cal = calibrations.get(pair[0])
+    timed = timings.get(pair[0])
     updates = cfg.epochs * cfg.updates_per_epoch
     cost = CellCost(cfg, None, None, None, "", updates=updates, evaluations=evaluations_of(cell, rules))
-    _host_memory(cost, history.rss.get(pair), cal, host_gb)
+    _host_memory(cost, history.rss.get(pair), timed, host_gb)
     wall = history.walls.get(_key(cfg))
     if wall is not None:
         cost.wall, cost.origin, cost.seconds, cost.source = wall, "measured", wall.value, SOURCES["measured"]
         return cost
     cost.step = history.steps.get(pair)
     cost.startup = history.startups.get((pair[0], length_of(cfg), cfg.strategy))
-    if cal is not None and cost.step is None:
-        cost.step = Figure(cal.step(cfg.optimizer, cfg.strategy), 0, CALIBRATION)
-    if cal is not None and cost.startup is None:
-        cost.startup_parts = cal.startup(cfg.optimizer, cfg.strategy, cost.evaluations)
-        cost.startup = Figure(sum(cost.startup_parts.values()), 0, CALIBRATION)
+    if timed is not None and cost.step is None:
+        cost.step = Figure(timed.step(cfg.optimizer, cfg.strategy), 0, TIMED_HERE)
+    if timed is not None and cost.startup is None:
+        cost.startup_parts = timed.startup(cfg.optimizer, cfg.strategy, cost.evaluations)
+        cost.startup = Figure(sum(cost.startup_parts.values()), 0, TIMED_HERE)
     if cost.step is not None:
-        timed = CALIBRATION in (cost.step.kb, cost.startup and cost.startup.kb)
-        _settle(cost, "calibrated" if timed else "runs", SOURCES["calibrated" if timed else "runs"])
+        here = TIMED_HERE in (cost.step.kb, cost.startup and cost.startup.kb)
+        _settle(cost, "calibrated" if here else "runs", SOURCES["calibrated" if here else "runs"])
     return cost
 
 
@@ -389,12 +391,14 @@ def _evaluations_s(cfg: RunConfig, step_s: float, evaluations: int) -> float:
     return evaluations * cfg.eval_examples * per_example
 
 
-def _host_memory(cost: CellCost, runs: Figure | None, cal: Calibration | None, host_gb: float | None) -> None:
-    """On this machine's CPU: the peak RSS measured (the pair's runs, else the calibration's process) as
+def _host_memory(
+    cost: CellCost, runs: Figure | None, timed: ShapeTiming | None, host_gb: float | None
+) -> None:
+    """On this machine's CPU: the peak RSS measured (the pair's runs, else the shape timing's process) as
     the cell's memory, where it is under OBVIOUS_SHARE of the host's RAM: it fits, and no trace is made."""
     if host_gb is None:
         return
-    figure = runs or (Figure(cal.rss_gb, 0, CALIBRATION) if cal is not None else None)
+    figure = runs or (Figure(timed.rss_gb, 0, TIMED_HERE) if timed is not None else None)
     if figure is not None and figure.value <= OBVIOUS_SHARE * host_gb:
         cost.memory_gb, cost.fits, cost.memory_from = figure.value, True, figure.kb
 
@@ -402,7 +406,7 @@ def _host_memory(cost: CellCost, runs: Figure | None, cal: Calibration | None, h
 # --- advisor fit, where nothing measured prices a cell ---------------------------------------------------
 
 
-def _fill_from_fit(costs: list[CellCost], questions: dict, rules: Rules, db, history, calibrations) -> None:
+def _fill_from_fit(costs: list[CellCost], questions: dict, rules: Rules, db, history, timings) -> None:
     """Memory from advisor fit's trace for the cells no measured figure sizes, and time from its FLOPs
     for the cells nothing measured prices; one fit per model shape, none when no cell needs it."""
     need = [cost for cost in costs if cost.fits is None or cost.seconds is None]
@@ -411,7 +415,7 @@ def _fill_from_fit(costs: list[CellCost], questions: dict, rules: Rules, db, his
     shapes = {_fit_shape(cost.config) for cost in need}
     rows = _fit_rows({shape: questions[shape] for shape in shapes}, rules, open_cache(db))
     acc = next(iter(questions.values()))[1].accelerator
-    rates = _cpu_rates(history, calibrations) if acc.key == "cpu" else {}
+    rates = _cpu_rates(history, timings) if acc.key == "cpu" else {}
     for cost in need:
         cfg = cost.config
         row, mfu = rows[(*_fit_shape(cfg), cfg.optimizer, cfg.strategy)]
@@ -430,7 +434,7 @@ def _price_by_fit(cost: CellCost, row, mfu: float, rates: dict) -> None:
     rate = rates.get((cfg.model, cfg.preset)) or rates.get(None)
     if rate:  # measured on this CPU, by runs of the shape or this plan: before fit's step time
         step_s = row.step_flops / (rate.value * 1e9)
-        measured = "this plan's calibration" if rate.kb == CALIBRATION else f"runs in {rate.kb}"
+        measured = "this plan's calibration" if rate.kb == TIMED_HERE else f"runs in {rate.kb}"
         how = f"advisor fit's FLOPs per update at the {rate.value:.1f} GFLOP/s measured on this CPU ({measured})"
     if step_s is None:
         cost.source = "unknown: the accelerator states no peak FLOP/s and nothing was measured on it"
@@ -439,12 +443,12 @@ def _price_by_fit(cost: CellCost, row, mfu: float, rates: dict) -> None:
     _settle(cost, "fit", f"fit: {how}; the start-up from runs of the shape, else its evaluations alone")
 
 
-def _cpu_rates(history: History, calibrations: dict) -> dict:
-    """GFLOP/s measured on this CPU: by (model, preset) and over all (None), from runs, else calibrations."""
+def _cpu_rates(history: History, timings: dict) -> dict:
+    """GFLOP/s measured on this CPU: by (model, preset) and over all (None), from runs, else shape timings."""
     rates = dict(history.gflops)
-    timed = [c.gflops for c in calibrations.values() if c is not None and c.gflops]
+    timed = [t.gflops for t in timings.values() if t is not None and t.gflops]
     if None not in rates and timed:
-        rates[None] = Figure(statistics.median(timed), 0, CALIBRATION)
+        rates[None] = Figure(statistics.median(timed), 0, TIMED_HERE)
     return rates
 
 
@@ -462,7 +466,7 @@ def _fit_questions(cells: list[GridCell], acc, rules: Rules) -> dict[tuple, tupl
         try:
             out[shape] = (cell, question(model, options, rules, accelerator=acc))
         except FitError as e:
-            raise InputError(f"cannot plan {cell.config.model}: {e}", "--model") from e
+            raise InputError(f"cannot plan {cell.config.model}: {e}", "models") from e
     return out
 
 
@@ -474,7 +478,7 @@ def _fit_rows(questions: dict[tuple, tuple], rules: Rules, cache) -> dict[tuple,
         try:
             answer = fit(asked, rules, cache, trace)
         except FitError as e:
-            raise InputError(f"cannot plan {cell.config.model}: {e}", "--model") from e
+            raise InputError(f"cannot plan {cell.config.model}: {e}", "models") from e
         for r in answer.rows:  # a cell's strategy, from the configuration of fit it trains (rules' as_fit)
             for strategy in rules.strategies:
                 if rules.as_fit(strategy) == (r.adapter.kind, r.strategy):
@@ -522,95 +526,3 @@ def _fit_shape(cfg: RunConfig) -> tuple:
         cfg.seq_len,
         cfg.image_size,
     )
-
-
-# --- the plan, as the command prints it ------------------------------------------------------------------
-
-
-def hours(seconds: float) -> str:
-    """A duration as people read it: s (tenths under 10 s), min or h."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def plan_view(plan: Plan):
-    """The cells (seeds folded into one row), where their costs come from, and what they add up to."""
-    sources = [Text(f"{s.split(':')[0]}: {s.split(':', 1)[-1].strip()}", style="dim") for s in _sources(plan)]
-    return Group(_cells_table(plan), *sources, *_read_lines(plan), *_totals(plan))
-
-
-def _sources(plan: Plan) -> list[str]:
-    return sorted({c.source for c in plan.cells})
-
-
-def _read_lines(plan: Plan) -> list[Text]:
-    """Which KBs were read (and why one was not), and what the calibration timed."""
-    read = [kb["kb"] for kb in plan.kbs if kb["read"]]
-    lines = [Text(f"Read: {', '.join(read) or 'no KB'} (a figure from the first that has it).", style="dim")]
-    for kb in plan.kbs:
-        if kb["problem"]:
-            lines.append(Text(f"Not read, {kb['kb']}: {kb['problem']}", style="yellow"))
-    if plan.calibrations:
-        spent = sum(c["wall_s"] for c in plan.calibrations)
-        shapes = "; ".join(c["cell"] for c in plan.calibrations)
-        lines.append(Text(f"Calibrated here in {spent:.1f} s: {shapes} (--json: every part).", style="dim"))
-    lines += [Text(f"Not calibrated, {why}.", style="yellow") for why in plan.uncalibrated]
-    return lines
-
-
-def _cells_table(plan: Plan) -> Table:
-    """One row per model × optimizer × strategy (its seeds folded), narrow enough for 80 columns."""
-    title = f"Plan on {plan.target} ({plan.budget_gb:.0f} GB; ✗: predicted not to fit)"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    any_done = any(c.done for c in plan.cells)
-    for name in ("model", "optimizer", "strategy", "seeds", *["done"] * any_done, "time", "GB", "from"):
-        right = name in ("seeds", "done", "time", "GB")
-        wraps = name in ("strategy", "from")  # "checkpointing +" / "accumulation" on two lines
-        table.add_column(name, justify="right" if right else "left", no_wrap=not wraps, min_width=15 * wraps)
-    rows: dict[tuple, list[CellCost]] = {}
-    for cell in plan.cells:
-        c = cell.config
-        rows.setdefault((c.model, c.preset, c.optimizer, c.strategy), []).append(cell)
-    for (model, preset, optimizer, strategy), cells in rows.items():
-        first = cells[0]
-        memory = "?" if first.memory_gb is None else f"{first.memory_gb:.2f}"
-        table.add_row(
-            f"{model}/{preset}" if "/" not in model else Path(model).name,
-            optimizer,
-            strategy.replace("+", " + "),
-            str(len(cells)),
-            *[str(sum(c.done for c in cells))] * any_done,
-            "?" if first.seconds is None else hours(first.seconds),
-            f"[red]{memory} ✗[/]" if first.fits is False else memory,  # a mark that survives piping
-            first.label,
-        )
-    return table
-
-
-def _totals(plan: Plan) -> list[Text]:
-    """The cells left out and why, the work left, and the makespan per worker count."""
-    lines = []
-    bad = sum(c.fits is False for c in plan.cells)
-    if bad:
-        lines.append(Text(f"{bad} cells predicted not to fit: they would end out of memory.", style="red"))
-    done = sum(c.done for c in plan.cells)
-    if done:
-        lines.append(Text(f"{done} cells already ended in the KB measure writes: it skips them."))
-    unknown = sum(c.seconds is None for c in plan.cells)
-    known = " (of the cells of known cost)" if unknown else ""
-    if unknown:
-        lines.append(Text(f"{unknown} cells of unknown cost: the makespan leaves them out.", style="yellow"))
-    lines.append(
-        Text(f"{len(plan.runnable)} cells to run{known}, {hours(sum(plan.runnable))} of work in all.")
-    )
-    for workers, span in plan.makespans.items():
-        bound = hours(plan.lower_bound(workers))
-        plural = "s" * (workers > 1)
-        lines.append(Text(f"Makespan on {workers} worker{plural}{known}: {hours(span)} (at least {bound})"))
-    lines.append(Text("Assumptions: " + "; ".join(ASSUMPTIONS) + ".", style="dim"))
-    return lines

@@ -136,7 +136,7 @@ class RunConfig:
     device: str = option("auto", "Where the cells train: auto (a GPU when there is one), cpu or cuda.")
     warmup_steps: int = 1  # optimizer steps excluded from timing at the start of a cell (stored apart)
     dropout: float | None = None  # None: the model config's own
-    # The data (--data), resolved once per `advisor measure` before the grid (advisor/measuring/training/dataset.py), so that no
+    # The data (--data), resolved once per `advisor measure` before the grid (advisor/measuring/data/source.py), so that no
     # cell touches the network: generated (offline, deterministic) | mmimdb | a Hugging Face dataset id | a
     # local file or folder
     data: str = "generated"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from advisor.measuring.model.builder import user_config
 from advisor.measuring.recipe.config import GridCell
-from advisor.measuring.tracer.engine import Spec, predict
+from advisor.measuring.tracer.payloads import predict
+from advisor.measuring.tracer.spec import Spec
 from advisor.prediction.step import Adapter, tensor_peak
 from advisor.rules import Rules, gib
 

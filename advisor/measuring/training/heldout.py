@@ -25,7 +25,7 @@ class HeldOut:
         self, family, shape, n_examples: int, batch_size: int, split: str = "test", view=None, name=None
     ):
         """From the generated corpus (its split's own seed), or from a dataset's fixed held-out rows (`view`,
-        a advisor.measuring.training.dataset.DataView, called `name`): always the corpus the run trains on."""
+        a advisor.measuring.data.table.DataView, called `name`): always the corpus the run trains on."""
         self.family = family
         if view is None:
             dataset, self.source = load_heldout(family, shape, n_examples, split)

@@ -20,6 +20,7 @@ import torch
 
 from advisor.measuring.data.corpus import epoch_batches, load
 from advisor.measuring.data.shape import DEFAULT_SHAPE
+from advisor.measuring.data.table import open_view
 from advisor.measuring.machine.monitor import Monitor, process_rss_gb
 from advisor.measuring.model.adapters import adapted, classifier_heads
 from advisor.measuring.model.builder import build_model
@@ -28,7 +29,6 @@ from advisor.measuring.model.families.base import Sizes
 from advisor.measuring.recipe.config import GridCell, RunConfig
 from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import prepare, train_step
-from advisor.measuring.training.dataset import open_view
 from advisor.measuring.training.figures import EpochWork, epoch_row, peak_only, run_metrics
 from advisor.measuring.training.flops import Peaks, forward_flops_per_position, known_peak, positions
 from advisor.measuring.training.heldout import HeldOut
@@ -78,7 +78,9 @@ class Trainer:
         self.on_built, self.on_epoch = on_built or (lambda info: None), on_epoch or (lambda row: None)
         self.epochs: list[dict] = []
         self.model = self.optimizer = self.monitor = self.scheduler = self.family = self.heldout = None
-        self.view = None  # the dataset a --data other than the generated corpus names (advisor.measuring.training.dataset)
+        self.view = (
+            None  # the dataset a --data other than the generated corpus names (advisor.measuring.data.table)
+        )
         self.steps_done, self.first_loss, self.warm, self.warm_steps = 0, None, 0.0, 0
         self.baseline_rss_gb = self.initial_eval = self.flops_per_position = self.peak = None
         self.trained_s, self.tensors, self.tensors_error = 0.0, {}, None

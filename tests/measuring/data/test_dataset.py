@@ -16,11 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from advisor.measuring.data.folder import DataError
+from advisor.measuring.data.source import MMIMDB_REPO, MMIMDB_REVISION, resolve, unreachable
+from advisor.measuring.data.table import Table, class_indices, family_rows, open_table, split_rows
+from advisor.measuring.data.values import SAMPLE_IMAGES, check_images, check_labels, check_text, rows_read
 from advisor.measuring.model.families import family
 from advisor.measuring.model.families.base import Sizes
 from advisor.measuring.recipe.config import RunConfig
-from advisor.measuring.training import dataset
-from advisor.measuring.training.dataset import MMIMDB_REPO, MMIMDB_REVISION
 
 from ...conftest import RULES, one_cell, ref
 
@@ -139,7 +141,7 @@ def test_a_captioned_image_folder_trains_the_vlm_and_the_text_families_read_its_
         for i in range(15):
             Image.fromarray(np.full((16, 16, 3), 10 * i, dtype="uint8")).save(folder / f"{i}.png")
             f.write(json.dumps({"file_name": f"{i}.png", "caption": f"a grey square of shade {i}"}) + "\n")
-    choice = dataset.resolve(str(folder))
+    choice = resolve(str(folder))
     for model in ("nanovlm", "modernbert"):
         cfg = cell(model, choice, batch_size=2).resolved()
         out = train_cell(one_cell(replace(cfg, device="cpu")), RULES)
@@ -163,14 +165,14 @@ def test_mmimdb_is_pinned_and_read_from_the_cache_through_the_path_a_download_ta
     snapshot = write_mmimdb_snapshot(tmp_path / "hub")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     said = []
-    choice = dataset.resolve("mmimdb", say=said.append)  # offline (the tests' HF_HUB_OFFLINE): the cache
+    choice = resolve("mmimdb", say=said.append)  # offline (the tests' HF_HUB_OFFLINE): the cache
     assert choice.path == str(snapshot) and choice.identity == f"{MMIMDB_REPO}@{MMIMDB_REVISION[:7]}"
     assert choice.note and len(said) == 1 and "local cache" in said[0]
-    table = dataset.open_table(choice.path)
+    table = open_table(choice.path)
     assert table.columns == ["image", "text", "genres"]
-    rows, classes = dataset.family_rows(table, family("vision", RULES))
+    rows, classes = family_rows(table, family("vision", RULES))
     assert classes == 3 and set(rows["label"]) == {0, 1, 2}  # Comedy, Drama, Horror: each list's first
-    text, _ = dataset.family_rows(table, family("vlm", RULES))
+    text, _ = family_rows(table, family("vlm", RULES))
     assert text.column_names == ["image", "caption"]  # MM-IMDb's image-text pairs: poster and plot
     out = train_cell(one_cell(replace(cell("vit", choice, batch_size=2).resolved(), device="cpu")), RULES)
     assert out.status in ("ok", "untrained"), out.error
@@ -217,7 +219,7 @@ def test_a_model_that_carries_a_tokenizer_trains_with_it(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
     model = tiny_llama_with_tokenizer(tmp_path / "my-llama", texts)
-    choice = dataset.resolve(str(corpus))
+    choice = resolve(str(corpus))
     records = []
     cfg = replace(cell(str(model), choice, batch_size=2, seq_len=16).resolved(), device="cpu")
     out = train_cell(one_cell(cfg), RULES, on_built=records.append)
@@ -253,19 +255,19 @@ def test_labels_become_class_indices_whatever_their_form():
     }
     for values, indices, classes in cases.values():
         rows = datasets.Dataset.from_dict({"label": values})
-        assert dataset.class_indices(rows, "label") == (indices, classes)
+        assert class_indices(rows, "label") == (indices, classes)
     labelled = datasets.Dataset.from_dict(
         {"label": [1, 0]}, features=datasets.Features(label=datasets.ClassLabel(names=["a", "b", "c"]))
     )
-    assert dataset.class_indices(labelled, "label") == ([1, 0], 3)
+    assert class_indices(labelled, "label") == ([1, 0], 3)
 
 
 def test_the_split_is_fixed_disjoint_and_ignores_the_files_order():
-    parts = dataset.split_rows(50, 16)
+    parts = split_rows(50, 16)
     assert [len(parts[k]) for k in ("test", "validation", "train")] == [10, 10, 30]
     assert len(set(np.concatenate(list(parts.values())))) == 50
     assert not np.array_equal(parts["test"], np.arange(10))  # an image folder's first rows are one class
-    assert all(np.array_equal(parts[k], dataset.split_rows(50, 16)[k]) for k in parts)
+    assert all(np.array_equal(parts[k], split_rows(50, 16)[k]) for k in parts)
 
 
 # --- bad data: a sentence and an exit code, before any cell ------------------------------------------------
@@ -394,12 +396,12 @@ def test_the_probe_gives_up_within_its_timeout_on_a_hub_that_never_answers(monke
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     start = time.perf_counter()
-    why = dataset.unreachable(timeout=0.5)
+    why = unreachable(timeout=0.5)
     assert time.perf_counter() - start < 2.0 and why is not None and server.url in why
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once
-    assert dataset.unreachable(timeout=0.5) is not None
+    assert unreachable(timeout=0.5) is not None
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert "HF_HUB_OFFLINE" in dataset.unreachable()
+    assert "HF_HUB_OFFLINE" in unreachable()
 
 
 @pytest.mark.slow
@@ -442,7 +444,6 @@ def test_generated_data_keeps_the_cell_keys_of_runs_measured_before_data_existed
 
     from advisor.kb.identity import cell_key
     from advisor.measuring.recipe.config import RunConfig
-    from advisor.measuring.training.dataset import resolve
 
     before = RunConfig(preset="tiny").resolved()
     after = replace(before, **resolve("generated").config_fields())
@@ -452,8 +453,8 @@ def test_generated_data_keeps_the_cell_keys_of_runs_measured_before_data_existed
 def test_the_same_data_at_another_path_or_after_a_fallback_is_the_same_cell(tmp_path):
     from dataclasses import replace
 
+    from advisor.measuring.data.source import DataChoice
     from advisor.measuring.recipe.config import RunConfig
-    from advisor.measuring.training.dataset import DataChoice, resolve
 
     first, second = tmp_path / "a" / "corpus.jsonl", tmp_path / "b" / "corpus.jsonl"
     for path in (first, second):
@@ -475,15 +476,15 @@ def test_the_same_data_at_another_path_or_after_a_fallback_is_the_same_cell(tmp_
 # --- values checked before the grid: what the cells would fail on, refused; every form they read, passed ----
 
 
-def table_of(**columns) -> dataset.Table:
+def table_of(**columns) -> Table:
     import datasets
 
-    return dataset.Table(datasets.Dataset.from_dict(columns), "train", "t.jsonl")
+    return Table(datasets.Dataset.from_dict(columns), "train", "t.jsonl")
 
 
 def test_every_label_form_the_cells_read_passes_and_the_others_are_refused_with_their_example():
     for labels in (["b", "a"] * 5, [0, 3] * 5, [["x"], ["y", "z"]] * 5, [0.0, 1.0] * 5, [True, False] * 5):
-        dataset.check_labels(table_of(label=labels), "label", list(range(10)))
+        check_labels(table_of(label=labels), "label", list(range(10)))
     refused = {
         "negative": ([1, -1], "example 2 of t.jsonl has the label -1, an int, which is no class"),
         "a fraction": ([1.0, 0.5], "example 2 of t.jsonl has the label 0.5, a float"),
@@ -492,28 +493,28 @@ def test_every_label_form_the_cells_read_passes_and_the_others_are_refused_with_
         "records": ([{"a": 1}, {"a": 2}], "t.jsonl's label column holds records"),
     }
     for case, (labels, sentence) in refused.items():
-        with pytest.raises(dataset.DataError, match=re.escape(sentence)):
-            dataset.check_labels(table_of(label=labels), "label", [0, 1])
+        with pytest.raises(DataError, match=re.escape(sentence)):
+            check_labels(table_of(label=labels), "label", [0, 1])
             pytest.fail(case)
     # a sample: the rows the cells read; one they never read cannot fail a cell
-    dataset.check_labels(table_of(label=[1, None]), "label", [0])
-    dataset.check_text(table_of(text=["a text", None]), "text", [0])
-    with pytest.raises(dataset.DataError, match="example 2 of t.jsonl has no text"):
-        dataset.check_text(table_of(text=["a text", None]), "text", [0, 1])
+    check_labels(table_of(label=[1, None]), "label", [0])
+    check_text(table_of(text=["a text", None]), "text", [0])
+    with pytest.raises(DataError, match="example 2 of t.jsonl has no text"):
+        check_text(table_of(text=["a text", None]), "text", [0, 1])
 
 
 def test_the_images_decoded_are_those_the_cells_read_at_most_a_sample(tmp_path):
     import datasets
 
-    parts = dataset.split_rows(50, 16)
-    read = dataset.rows_read(50, 16, 8)
+    parts = split_rows(50, 16)
+    read = rows_read(50, 16, 8)
     assert set(read) == {int(i) for i in [*parts["test"], *parts["validation"], *parts["train"][:8]]}
-    assert len(dataset.rows_read(100_000, 256, 10_000)) == dataset.SAMPLE_IMAGES
+    assert len(rows_read(100_000, 256, 10_000)) == SAMPLE_IMAGES
     folder = write_images(tmp_path / "pics")
     (folder / "cat" / "0.png").write_bytes(b"not an image")
-    table = dataset.open_table(str(folder))
+    table = open_table(str(folder))
     paths = table.rows.cast_column("image", datasets.Image(decode=False))["image"]
     bad = next(i for i, image in enumerate(paths) if image["path"].endswith("cat/0.png"))
-    dataset.check_images(table, "image", [i for i in range(20) if i != bad])  # a sample that misses it
-    with pytest.raises(dataset.DataError, match="pics/cat/0.png is not an image Pillow can read"):
-        dataset.check_images(table, "image", [bad])
+    check_images(table, "image", [i for i in range(20) if i != bad])  # a sample that misses it
+    with pytest.raises(DataError, match="pics/cat/0.png is not an image Pillow can read"):
+        check_images(table, "image", [bad])

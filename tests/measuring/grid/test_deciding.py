@@ -62,7 +62,8 @@ def test_both_sides_of_a_decidable_call_get_the_seeds_it_needs_at_their_tuned_ra
 def test_close_calls_are_read_from_the_group_the_cells_wrote(tmp_path):
     """Three seeds a pair, the runner-up's loss higher by 6 % on average but spread: neither separated nor
     equivalent, and a few seeds more would decide it; a group of other data in the same KB is not read."""
-    from advisor.kb.store import open_for_writing, write_runs
+    from advisor.kb.open import open_for_writing
+    from advisor.kb.store import write_runs
     from advisor.measuring.grid.deciding import close_calls
     from advisor.measuring.machine.hardware import describe, resolve_device
 

@@ -1,5 +1,5 @@
 """`advisor measure --plan`: each cell's predicted cost (runs of the same cell first, then runs of its model
-shape, in every KB in sight, else a calibration timed here, else advisor fit's FLOPs), cells predicted not
+shape, in every KB in sight, else the model shape timed here, else advisor fit's FLOPs), cells predicted not
 to fit flagged and left out, the LPT makespan; nothing trained."""
 
 import json
@@ -107,7 +107,7 @@ FRESH = (
 )
 
 
-def test_a_fresh_machine_prices_every_cell_from_a_calibration_timed_here(invoke, tmp_path):
+def test_a_fresh_machine_prices_every_cell_from_its_shape_timed_here(invoke, tmp_path):
     db = tmp_path / "new.sqlite"
     result = invoke("measure", *FRESH, "--plan", "--json", "--db", db)
     assert result.exit_code == 0, result.output
@@ -172,10 +172,10 @@ def test_a_kb_that_cannot_be_read_is_said_and_the_others_price(measure_tiny, tmp
     assert plan["unknown_cost"] == 0 and plan["cells"][0]["predicted_s"] > 0
 
 
-def test_a_calibration_times_this_machine_only(rules):
+def test_a_shape_timing_times_this_machine_only(rules):
     cells = grid_cells(RunConfig(model="vit", preset="tiny"), rules=rules)
     with pytest.raises(InputError, match="calibration times this machine"):
-        plan_cells(cells, rules, gpu="H100", workers=[1], calibrate=True)
+        plan_cells(cells, rules, gpu="H100", workers=[1], fresh=True)
 
 
 def test_a_makespan_on_more_workers_than_cells_is_that_of_one_worker_each():

@@ -25,8 +25,9 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from advisor.measuring.model.adapters import Gemm4bitDecomposed, adapted
 from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import checkpointing_of, enable_checkpointing
-from advisor.measuring.tracer.engine import Spec, _has_experts, autocast, cuda_kernels, experts_of, precision
+from advisor.measuring.tracer.fake_model import _has_experts, autocast, cuda_kernels, experts_of
 from advisor.measuring.tracer.methods import step_loss
+from advisor.measuring.tracer.spec import Spec, precision
 
 COMPILED = ("adamw_torch_8bit", "adamw_torch_4bit")  # torchao's steps: checked by the allocator's peak only
 _SAVED: dict[str, Path] = {}  # config -> a folder of saved weights, for from_pretrained's quantized load

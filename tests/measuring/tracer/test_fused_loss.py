@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from advisor.measuring.tracer.engine import predict
 from advisor.measuring.tracer.fused_loss import causal_lm_loss, chunk_tokens
+from advisor.measuring.tracer.payloads import predict
 from advisor.prediction.step import Method, tensor_peak
 
 from ...conftest import RULES

@@ -11,14 +11,9 @@ import torch
 from transformers import AutoConfig
 
 from advisor.measuring.model.families import family
-from advisor.measuring.tracer.engine import (
-    Spec,
-    at_depth,
-    depth_knobs,
-    predict,
-    trace_optimizers,
-    trace_window,
-)
+from advisor.measuring.tracer.payloads import predict
+from advisor.measuring.tracer.spec import Spec, at_depth, depth_knobs
+from advisor.measuring.tracer.traces import trace_optimizers, trace_window
 from advisor.prediction.step import Adapter, host_bytes, n_params, step_flops, tensor_peak, trainable
 
 from ...conftest import RULES
@@ -249,7 +244,7 @@ def test_every_kind_of_block_is_traced_and_the_composite_equals_a_full_trace():
 
 
 def test_the_mixtral_8x7b_config_counts_its_published_parameters():
-    from advisor.measuring.tracer.engine import parameter_count
+    from advisor.measuring.tracer.traces import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / "Mixtral-8x7B-v0.1")
     assert parameter_count(Spec(config, family("decoder", RULES), 8, None, "bf16")) == 46_702_792_704
@@ -278,7 +273,8 @@ def test_a_vision_tower_not_run_is_its_parameters_alone():
     """A VLM fine-tuned on text alone (Gemma 3) never runs its vision tower: the window one tower block deeper
     is made from the shallower one and that block's parameters, equal to a traced one op by op; the optimizer
     keeps no state for the tower, which gets no gradient."""
-    from advisor.measuring.tracer.engine import Tracer, depth_points
+    from advisor.measuring.tracer.payloads import Tracer
+    from advisor.prediction.step import depth_points
 
     text = dict(
         num_hidden_layers=2,
@@ -322,7 +318,7 @@ def test_a_vision_tower_not_run_is_its_parameters_alone():
 def test_one_model_serves_both_traced_batches():
     """The windows at micro-batch 2 and 3 run on one model built once (its gradients dropped between them):
     equal, op by op, to a model built for each."""
-    from advisor.measuring.tracer.engine import trace_windows
+    from advisor.measuring.tracer.traces import trace_windows
 
     spec = spec_for("decoder", "bf16-mixed", Adapter("lora"))
     both = trace_windows(spec, spec.config, (2, 3), "full", 2)
@@ -341,7 +337,7 @@ def test_a_mixtures_expert_units_are_traced_like_blocks_and_the_composite_equals
     a few hundred KB can sit elsewhere (the eager backward's peak on the router's one-hot mask, which grows
     as experts x picks, below a width of 256; grouped GEMM's outputs padded to alignment in bf16 at 256-512),
     so the widths here are ones where the peak is the experts'."""
-    from advisor.measuring.tracer.engine import depth_points
+    from advisor.prediction.step import depth_points
 
     config = tiny(
         "qwen3_moe",

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from advisor.measuring.model.families import family
-from advisor.measuring.tracer.engine import ONCE, Spec, predict
 from advisor.measuring.tracer.methods import trl_kernels
+from advisor.measuring.tracer.payloads import predict
+from advisor.measuring.tracer.spec import ONCE, Spec
 from advisor.prediction.step import Adapter, Method, at_generation, phase_peaks, tensor_peak
 
 from ...conftest import RULES

@@ -9,14 +9,9 @@ import pytest
 from transformers import AutoConfig
 
 from advisor.measuring.model.families import family
-from advisor.measuring.tracer.engine import (
-    Spec,
-    at_depth,
-    depth_knobs,
-    predict,
-    trace_optimizers,
-    trace_window,
-)
+from advisor.measuring.tracer.payloads import predict
+from advisor.measuring.tracer.spec import Spec, at_depth, depth_knobs
+from advisor.measuring.tracer.traces import trace_optimizers, trace_window
 from advisor.prediction.step import Adapter, n_params, step_flops, tensor_peak
 from advisor.rules import load_rules
 
@@ -67,7 +62,7 @@ def test_prediction_equals_the_real_steps_live_tensor_bytes(name, preset, dtype)
     ],
 )
 def test_the_derived_second_micro_batch_equals_a_traced_one_op_by_op(name, dtype, adapter, checkpointing):
-    """An accumulation window's second micro-batch is derived from its first (engine.accumulating): the same
+    """An accumulation window's second micro-batch is derived from its first (traces.accumulating): the same
     ops, the first's gradients held throughout; traced for real, every op's live bytes are the same."""
     spec = replace(spec_for(name, "tiny", dtype), adapter=Adapter(adapter))
     derived = trace_window(spec, spec.config, 2, checkpointing, 2).timeline
@@ -126,7 +121,7 @@ def test_the_composite_of_shallow_traces_equals_a_full_trace(name):
     ],
 )
 def test_published_configs_give_published_parameter_counts(folder, name, expected):
-    from advisor.measuring.tracer.engine import parameter_count
+    from advisor.measuring.tracer.traces import parameter_count
 
     config = AutoConfig.from_pretrained(FIXTURES / folder)
     assert parameter_count(Spec(config, family(name, RULES), 8, None, "bf16")) == expected

@@ -80,7 +80,8 @@ def test_zeros_model_states_are_deepspeeds_own_estimate():
     ).estimate_zero3_model_states_mem_needs
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitRequest, question
+    from advisor.prediction.fit_request import FitRequest
+    from advisor.prediction.question import question
     from advisor.prediction.sharding import zero_states
     from advisor.prediction.step import Config
     from advisor.rules import load_rules
@@ -265,7 +266,8 @@ def test_a_sharded_trace_knows_its_root_and_a_ranks_gradient_bytes(llama, tmp_pa
     and a gradient's bytes per parameter are its dtype's (fp32: 4), not scaled by the ranks."""
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitRequest, question
+    from advisor.prediction.fit_request import FitRequest
+    from advisor.prediction.question import question
     from advisor.prediction.sharding import basis
     from advisor.rules import load_rules
 

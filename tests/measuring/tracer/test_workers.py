@@ -94,7 +94,8 @@ def test_a_trace_on_two_workers_is_the_one_on_one(tmp_path):
     """Every stage's payload, whichever process traced it and in whichever order, is the same."""
     from advisor.measuring.tracer.engine import trace
     from advisor.model_ref import resolve_model
-    from advisor.prediction.question import FitRequest, question
+    from advisor.prediction.fit_request import FitRequest
+    from advisor.prediction.question import question
     from advisor.rules import load_rules
 
     rules = load_rules()
@@ -124,7 +125,8 @@ def test_a_sharded_window_warmed_on_a_shallow_copy_is_the_one_warmed_at_another_
     from transformers import LlamaConfig
 
     from advisor.measuring.model.families import family
-    from advisor.measuring.tracer.engine import Spec, Tracer
+    from advisor.measuring.tracer.payloads import Tracer
+    from advisor.measuring.tracer.spec import Spec
     from advisor.rules import load_rules
 
     rules = load_rules()

@@ -20,7 +20,7 @@ from advisor.measuring.model.adapters import adapted
 from advisor.measuring.model.families.base import token_ids
 from advisor.measuring.recipe.optimizers import make_optimizer
 from advisor.measuring.recipe.strategies import enable_checkpointing
-from advisor.measuring.tracer.engine import Spec, precision
+from advisor.measuring.tracer.spec import Spec, precision
 
 from ...prediction.test_snippets import tiny_tokenizer as tokenizer
 from .realstep import FrozenOKMemTracker, real_model

@@ -11,16 +11,9 @@ from rich.console import Console
 
 from advisor.measuring.grid.runner import CellResult
 from advisor.measuring.recipe.config import RunConfig
-from advisor.measuring.training.progress import (
-    ForwardingReporter,
-    PlainReporter,
-    RichReporter,
-    counted,
-    failure_causes,
-    nothing_measured,
-    replay,
-    reporter_for,
-)
+from advisor.measuring.training.progress import ForwardingReporter, failure_causes, nothing_measured, replay
+from advisor.render.numbers import counted
+from advisor.render.progress_views import PlainReporter, RichReporter, reporter_for
 
 CFG = RunConfig(model="llama", preset="tiny", optimizer="adam", epochs=2)
 

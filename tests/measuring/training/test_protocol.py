@@ -211,13 +211,14 @@ def fake_tuning(db, best: dict[str, float], tried: list):
     import math
 
     from advisor.kb import store
+    from advisor.kb.open import open_for_writing
     from advisor.measuring.grid.runner import TUNING_SOURCE
     from advisor.measuring.machine.hardware import describe, resolve_device
 
-    store.open_for_writing(db).close()
+    open_for_writing(db).close()
 
     def fake_run(cells):
-        conn = store.open_for_writing(db)
+        conn = open_for_writing(db)
         runs = []
         for c in cells:
             cfg = replace(c.config.resolved(), device=resolve_device(c.config.device))
@@ -319,6 +320,7 @@ def test_a_tuning_run_that_trained_on_another_host_is_not_repeated_but_its_grid_
     chooses from what another host's runs found and claims none of them again; a grid run (its times are
     the host's) and a tuning run that ran out of memory there are this host's to run."""
     from advisor.kb import lease, store
+    from advisor.kb.open import open_for_writing
     from advisor.measuring.grid.runner import TUNING_SOURCE
     from advisor.measuring.grid.tuning import _choose, rates, tuning_key
     from advisor.measuring.planning.history import cells_done
@@ -338,7 +340,7 @@ def test_a_tuning_run_that_trained_on_another_host_is_not_repeated_but_its_grid_
             **dict(status=status, config={"lr": lr}, metrics=metrics),
         )
 
-    conn = store.open_for_writing(db)
+    conn = open_for_writing(db)
     store.write_runs(conn, [stored(lr, loss=1 + abs(i - 1)) for i, lr in enumerate(grid[:-1])])
     store.write_runs(conn, [stored(grid[-1], status="oom"), stored(grid[0], source="measured", loss=1.0)])
     here = replace(key, lr=grid[1]).resolved()

@@ -43,15 +43,6 @@ class Sizes:
     image_std: tuple[float, ...] | None = None
 
 
-# The columns a family reads, by role, and the names a dataset may give them (first match wins).
-ROLE_COLUMNS = {
-    "text": ("text", "plot", "content", "sentence", "document", "body", "review", "overview", "caption"),
-    "image": ("image", "img", "poster", "picture", "photo"),
-    "label": ("label", "labels", "genre", "genres", "class", "category", "target"),
-    "caption": ("caption", "captions", "text", "description", "plot", "overview"),
-}
-
-
 class Family:
     """One architecture family. Subclasses set `name` (as in rules/families.toml) and implement the rest."""
 

@@ -1,4 +1,5 @@
-"""The calibration of `advisor measure --plan`: a model shape timed on this machine, as its cells run it.
+"""The shape timing of `advisor measure --plan`: a model shape timed on this machine, as its cells run it
+(`advisor calibrate` is another thing: the device's rates, advisor.measuring.device_speed).
 
 The model built from its config as a cell builds it, its data, an evaluation, the FLOP count and the
 measured step timed as a cell runs them; one micro-batch's forward and backward under each kind of
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from advisor.kb import store
+from advisor.kb.open import writing
 from advisor.measuring.data.corpus import epoch_batches, load
 from advisor.measuring.grid.isolation import preload
 from advisor.measuring.grid.runner import run_cell
@@ -39,20 +41,20 @@ from advisor.measuring.training.flops import forward_flops_per_position, known_p
 from advisor.measuring.training.heldout import HeldOut
 from advisor.measuring.training.protocol import target_loss
 from advisor.measuring.training.tensors import measured_step
-from advisor.measuring.training.trainer import (  # a calibration builds, times as cells do
+from advisor.measuring.training.trainer import (  # a shape timing builds, times as cells do
     adapted_as_run,
     clock,
 )
 from advisor.rules import Rules
 
-# A calibration's timing: repeats until STEP_BUDGET_S is spent, at most MAX_TIMED, and their best kept:
+# A shape timing's figures: repeats until STEP_BUDGET_S is spent, at most MAX_TIMED, and their best kept:
 # contention only ever slows a step (the machine's own speed is the best; runs record what it adds).
 STEP_BUDGET_S = 0.15
 MAX_TIMED = 3
 
 
 @dataclass
-class Calibration:
+class ShapeTiming:
     """What one model shape cost when timed here, in seconds: the phases a cell runs besides its training
     steps, and what an update is made of, from which each optimizer × strategy's is derived (`step`)."""
 
@@ -73,7 +75,7 @@ class Calibration:
     wholes: dict[tuple[str, str], float]  # (optimizer, adapter strategy) -> its update, timed whole
     rss_gb: float  # this process's resident memory after the steps (what a cell's process holds, at most)
     gflops: float | None  # model FLOPs per second the reference pair achieved
-    wall_s: float  # what the calibration itself took
+    wall_s: float  # what the timing itself took
     rest_s: float = 0.0  # the rest of a cell: a whole one's start-up less the parts timed (`rest_of_a_cell`)
 
     def passes(self, strategy: str) -> float:
@@ -141,7 +143,7 @@ def sizes_of(cfg: RunConfig) -> Sizes:
     return Sizes(seq_len=cfg.seq_len, image_size=cfg.image_size)
 
 
-def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
+def time_shape(cells: list[GridCell], rules: Rules) -> ShapeTiming:
     """Time one model shape here as its cells run it (the fork server's imports done first, as a cell finds
     them): the build, the data, the FLOP count and an evaluation as a cell does them; one micro-batch's
     passes under each kind of checkpointing the grid's strategies use (a window of k is k of them); each
@@ -164,7 +166,7 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
     eval_s, _ = _timed(lambda: heldout.evaluate(built.model, device, cfg.dtype), device)
     stepper = _Stepper(built, cells, micro, device, rules)
     stepper.time_all()
-    calibration = Calibration(
+    timing = ShapeTiming(
         cell=f"{cfg.model}/{cfg.preset}, batch {cfg.batch_size}, {cfg.dtype}, {cfg.device}",
         build_s=build_s,
         data_s=data_s,
@@ -184,19 +186,19 @@ def calibrate(cells: list[GridCell], rules: Rules) -> Calibration:
         wall_s=0.0,
     )
     if per_position:
-        flops = 3 * per_position * positions(first) * calibration.windows[stepper.reference[1]]
-        calibration.gflops = flops / calibration.step(*stepper.reference) / 1e9
+        flops = 3 * per_position * positions(first) * timing.windows[stepper.reference[1]]
+        timing.gflops = flops / timing.step(*stepper.reference) / 1e9
     reference = GridCell(stepper.config(*stepper.reference), cells[0].model)
-    calibration.rest_s = rest_of_a_cell(reference, calibration, rules)
-    calibration.wall_s = time.perf_counter() - start
-    return calibration
+    timing.rest_s = rest_of_a_cell(reference, timing, rules)
+    timing.wall_s = time.perf_counter() - start
+    return timing
 
 
-_PEAKS: dict = {}  # the device peaks the whole cells of this process's calibrations share (once a grid)
+_PEAKS: dict = {}  # the device peaks the whole cells of this process's shape timings share (once a grid)
 
 
-def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> float:
-    """What a cell spends beyond the parts a calibration times (claiming its run, the KB's writes, the
+def rest_of_a_cell(cell: GridCell, timing: ShapeTiming, rules: Rules) -> float:
+    """What a cell spends beyond the parts a shape timing times (claiming its run, the KB's writes, the
     monitor, its figures): the start-up of one whole cell of the reference pair, shortened to one epoch of
     two updates, run as `advisor measure` runs a cell (advisor.measuring.grid.runner.run_cell) into a temporary KB
     that is then deleted, less its parts as timed. The device's peak is measured first, untimed: a grid
@@ -209,7 +211,7 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
     said = io.StringIO()
     with (
         tempfile.TemporaryDirectory(prefix="advisor-plan-") as folder,
-        store.writing(Path(folder) / "kb.sqlite") as conn,
+        writing(Path(folder) / "kb.sqlite") as conn,
     ):
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
             start = time.perf_counter()
@@ -217,7 +219,7 @@ def rest_of_a_cell(cell: GridCell, calibration: Calibration, rules: Rules) -> fl
             wall = time.perf_counter() - start
         trained = store.trained_seconds(conn)
     evaluations = evaluations_of(short, rules)
-    parts = calibration.startup(cfg.optimizer, cfg.strategy, evaluations)
+    parts = timing.startup(cfg.optimizer, cfg.strategy, evaluations)
     parts["rest"] = 0.0
     return max(0.0, wall - trained - sum(parts.values()))
 
@@ -244,7 +246,7 @@ _PRELOADED: set[str] = set()
 
 def preloaded(rules: Rules) -> None:
     """Import what the fork server imports before any cell (advisor.measuring.grid.isolation.preload): a cell
-    finds it imported, so the calibration must not time it."""
+    finds it imported, so the shape timing must not time it."""
     for name in preload(rules):
         if name not in _PRELOADED:
             _PRELOADED.add(name)

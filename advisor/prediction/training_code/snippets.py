@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 
 from advisor.prediction.question import Question
-from advisor.prediction.recipe import Recipe
 from advisor.prediction.step import Adapter, Config
+from advisor.prediction.training_code.recipe import Recipe
 from advisor.rules import Rules
 
 AUTO_CLASS = {  # family -> the transformers class that loads its model for training

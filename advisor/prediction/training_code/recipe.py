@@ -9,7 +9,7 @@ import math
 import sqlite3
 from dataclasses import dataclass
 
-from advisor.kb.reader import tuned_rates
+from advisor.kb.queries.for_prediction import tuned_rates
 from advisor.prediction.question import Question
 from advisor.prediction.step import Config
 from advisor.rules import Rules
