@@ -23,9 +23,13 @@ def spread(values) -> str:
 
 
 def recommend_rows(d: dict) -> list[tuple]:
+    """An answer's CPU time against import torch's (target 0.08, issue 49); a cached fit's wall seconds (0.3)."""
     rows = []
     for name, figures in d["answers"].items():
-        rows.append((name, "import torch (CPU time)", spread(figures["cpu_ratio"]), "≤ 0.10"))
+        if name.startswith("fit ") and "wall_s" in figures:
+            rows.append((name, "seconds (wall)", spread(figures["wall_s"]), "≤ 0.3 s"))
+        else:
+            rows.append((name, "import torch (CPU time)", spread(figures["cpu_ratio"]), "≤ 0.08"))
     return rows
 
 

@@ -114,10 +114,10 @@ def pretrain(
         raise InputError(f"steps must be a whole number of at least 1, not {steps!r}.", "steps")
     require_measure_side()
     # the measurement side (its trainer loads torch when a base is trained)
-    from advisor.measuring.pretraining import Recipe, check_out, default_out
+    from advisor.measuring.pretraining import PretrainRecipe, check_out, default_out
     from advisor.measuring.pretraining import pretrain as train_base
 
     where = Path(out) if out is not None else default_out(resolved, preset)
     check_out(where, force)
-    record = train_base(resolved, preset, where, rules, Recipe.of(rules, steps), say)
+    record = train_base(resolved, preset, where, rules, PretrainRecipe.of(rules, steps), say)
     return {**record, "path": str(where)}

@@ -54,7 +54,7 @@ from advisor.measuring.machine.hardware import describe, pid_alive
 from advisor.places import resolve_write_path
 from advisor.rules import Rules, load_rules
 
-SOURCE = "trainer"
+TRAINER_SOURCE = "trainer"
 WATCH_S = 0.5  # how often the watcher looks whether Trainer.train is still on its thread's stack
 UNKNOWN_END = "training ended without on_train_end (an exception the script caught?)"
 RESTARTED = "the Trainer started over at a smaller batch (auto_find_batch_size) after running out of memory"
@@ -370,7 +370,7 @@ def command_for(family: str, group: str | None, status: str, db: Path | None) ->
     named = f" --db {shell_path(db)}" if db is not None else ""
     if status == "ok" and group and family != "unknown":
         return f"advisor recommend --arch {family} --group {group}{named}"
-    return f"advisor kb runs --source {SOURCE} --status {status}{named}"
+    return f"advisor kb runs --source {TRAINER_SOURCE} --status {status}{named}"
 
 
 def shown_path(path: Path) -> str:
@@ -412,7 +412,7 @@ def describe_run(args, model, optimizer, dataloader, model_name: str | None, rul
     n_params = sum(p.numel() for p in model.parameters()) if model is not None else None
     return {
         **describe(device),
-        "source": SOURCE,
+        "source": TRAINER_SOURCE,
         "model": model_identity(model_name, config),
         "data": data_identity(getattr(dataloader, "dataset", None)),
         "family": fam.name if fam else "unknown",

@@ -148,7 +148,7 @@ class Pattern:
 
 
 IDENTIFIER = Pattern("a-z0-9", "a-z0-9_+.-", 48)  # an optimizer, a strategy, a preset as people type them
-SOURCE = Pattern("a-z0-9", "a-z0-9_+.:/@-", 100)  # 'paper:2608.08961', 'measured:tuning', 'trainer'
+SOURCE_NAME = Pattern("a-z0-9", "a-z0-9_+.:/@-", 100)  # 'paper:2608.08961', 'measured:tuning', 'trainer'
 KEY = Pattern("A-Za-z0-9", "A-Za-z0-9_.:-", 100, required=False)  # a uid or cell key (hashes)
 CONFIG_HASH = Pattern("0-9a-f", "0-9a-f", 64, required=False)  # a sha256 in hex: a group's model config
 
@@ -302,7 +302,7 @@ def _run_rules(rules: Rules) -> dict:
     return {
         "id": Number(1, 2**40, integer=True),  # a user KB's ids are shifted by 2**40 when read beside ours
         "cell_key": KEY,
-        "source": SOURCE,
+        "source": SOURCE_NAME,
         "model": Text(1000, required=True),
         "family": Name("family", (*families, "unknown")),  # unknown: a Trainer model no family lists
         "optimizer": Name("optimizer", optimizers, free=True),

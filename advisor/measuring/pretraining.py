@@ -35,7 +35,7 @@ HELDOUT_SEED = 20_021  # the pretraining corpus's own held-out examples: its gen
 
 
 @dataclass(frozen=True)
-class Recipe:
+class PretrainRecipe:
     """How a base is pretrained: rules/protocol.toml [pretraining], `steps` overridable."""
 
     genres: int  # the first this many genres of the generated corpus (rules: of 23)
@@ -48,7 +48,7 @@ class Recipe:
     eval_every: int  # updates between held-out evaluations (its curve is kept with the base)
 
     @classmethod
-    def of(cls, rules: Rules, steps: int | None = None) -> Recipe:
+    def of(cls, rules: Rules, steps: int | None = None) -> PretrainRecipe:
         recipe = cls(**rules.protocol["pretraining"])
         return recipe if steps is None else replace(recipe, steps=steps)
 
@@ -79,7 +79,7 @@ def check_out(out: Path, force: bool) -> None:
 
 
 def pretrain(
-    model: ResolvedModel, preset: str, out: Path, rules: Rules, recipe: Recipe, say=lambda line: None
+    model: ResolvedModel, preset: str, out: Path, rules: Rules, recipe: PretrainRecipe, say=lambda line: None
 ) -> dict:
     """Train the reference model by the recipe and save it at `out` (written beside it, then renamed into
     place: an interrupted run leaves no half base); returns what advisor-base.json records."""

@@ -17,7 +17,7 @@ class UnknownAccelerator(InputError):
     """A --gpu name no accelerator of rules/hardware.toml answers to; the message lists close matches."""
 
     def __init__(self, message: str):
-        super().__init__(message, "--gpu")
+        super().__init__(message, "gpu")
 
 
 def normalize(name: str) -> str:

@@ -62,7 +62,7 @@ from advisor.rules import Accelerator, Rules
 
 MAX_BATCH = 1 << 20  # the largest micro-batch the search considers
 # The measurement side's tracer: (question, configurations to trace, rules) -> payload of each
-Tracer = Callable[[Question, list[Config], Rules], dict[Config, dict]]
+TraceFn = Callable[[Question, list[Config], Rules], dict[Config, dict]]
 
 
 @dataclass
@@ -179,7 +179,7 @@ class FitAnswer:
         }
 
 
-def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: Tracer | None = None) -> FitAnswer:
+def fit(q: Question, rules: Rules, cache: PredictionCache, tracer: TraceFn | None = None) -> FitAnswer:
     """Every configuration asked: from the cache, tracing (and caching) what it lacks with `tracer` (the
     measurement side's, passed by the caller: this side never imports torch)."""
     soft = software()

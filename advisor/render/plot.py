@@ -48,7 +48,7 @@ class Scatter:
         y_ticks = (f"{max(ys):.4g}", f"{min(ys):.4g}")
         y_width = max(map(len, y_ticks))
         width = max(MIN_WIDTH, min(MAX_WIDTH, max_width - y_width - 2))
-        grid = Grid(self.points, width, self.rows())
+        grid = CharGrid(self.points, width, self.rows())
         grid.draw_staircase(self.x_dir)
         grid.draw_points(point_labels(self.points))
         out = []
@@ -72,7 +72,7 @@ class Scatter:
         return 1 if len({p.y for p in self.points}) == 1 else self.height
 
 
-class Grid:
+class CharGrid:
     """A width × height character grid with the points' data ranges mapped onto it (high y at the top)."""
 
     def __init__(self, points: list[FrontierPoint], width: int, height: int):

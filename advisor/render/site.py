@@ -47,7 +47,7 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<>-])/[\w.+@%=-][^\s\"'<>&;:,()\[\]{}|*?
 
 
 @dataclass
-class Figure:
+class SiteFigure:
     """One chart of the page: its Vega-Lite spec, or the sentence that says why there is none."""
 
     id: str
@@ -137,7 +137,7 @@ def site_context(data: ReportData, rules: Rules, kb: str) -> dict:
         version=version("advisor"),
         script=SCRIPT,
         summary=data.summary,
-        flowchart=Figure("flowchart", "Recommendation flowchart", charts.spec(flow)),
+        flowchart=SiteFigure("flowchart", "Recommendation flowchart", charts.spec(flow)),
         tree=flowchart_tree(paths, {f["name"]: f["group"] for f in families}),
         badges=kinds,
         mixed_evidence=mixed_evidence(kinds),
@@ -260,21 +260,21 @@ def _entry_row(e: Entry) -> dict:
     return dict(config=f"{e.optimizer} + {e.strategy}", value=fmt(e.value, e.unit), test=test_brief(e))
 
 
-def frontier_figures(family: FamilyData, rules: Rules) -> list[Figure]:
+def frontier_figures(family: FamilyData, rules: Rules) -> list[SiteFigure]:
     """Loss against each other metric the flowchart walks, in the family section's group; a figure without
     points says why instead."""
     out = []
     for f in family.frontiers:
         fid, title = f"{family.name}-{f.x}", f"loss against {f.x}"
         if f.front is None:
-            out.append(Figure(fid, title, note=f.note))
+            out.append(SiteFigure(fid, title, note=f.note))
             continue
         if not f.front.points:
             note = f"No configuration has both a {f.x} and a loss figure in this evidence."
-            out.append(Figure(fid, title, note=note))
+            out.append(SiteFigure(fid, title, note=note))
             continue
         chart = charts.frontier_chart(f.front, rules, CHART_SIZE, grow=True)
-        out.append(Figure(fid, title, charts.spec(chart)))
+        out.append(SiteFigure(fid, title, charts.spec(chart)))
     return out
 
 

@@ -120,7 +120,8 @@ def test_a_request_of_the_wrong_kind_is_a_sentence_and_fit_takes_a_whole_fit_req
 
 
 def _input_error_fields() -> list[tuple[str, int, str]]:
-    """(module, line, field) of every InputError raised with a field named in the source of advisor/."""
+    """(module, line, field) of every InputError raised with a field named in advisor/: the error itself, a
+    DataError, or a subclass passing its field to super().__init__."""
     import ast
     from pathlib import Path
 
@@ -128,12 +129,13 @@ def _input_error_fields() -> list[tuple[str, int, str]]:
     found = []
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == "InputError"
-                and len(node.args) > 1
-            ):
-                strings = [n.value for n in ast.walk(node.args[1]) if isinstance(n, ast.Constant)]
+            raised = getattr(node, "func", None)
+            name = getattr(raised, "id", None) or getattr(raised, "attr", None)
+            if not (isinstance(node, ast.Call) and name in ("InputError", "DataError", "__init__")):
+                continue
+            named = [*node.args[1:2], *(k.value for k in node.keywords if k.arg in ("field", "param"))]
+            for arg in named:
+                strings = [n.value for n in ast.walk(arg) if isinstance(n, ast.Constant)]
                 found += [(path.name, node.lineno, s) for s in strings if isinstance(s, str) and len(s) > 1]
     return found
 

@@ -20,10 +20,11 @@ SAVED_DICT, SAVED_INFO, SAVED_STATE = "dataset_dict.json", "dataset_info.json", 
 
 
 class DataError(InputError):
-    """A --data that cannot be used, with a sentence saying what to do (exit code 2); `param`: the flag to fix."""
+    """A --data that cannot be used, with a sentence saying what to do (exit code 2); `field`: the request's
+    field to fix (the data itself, unless the model cannot take it)."""
 
-    def __init__(self, message: str, param: str = "--data"):
-        super().__init__(message, param)
+    def __init__(self, message: str, field: str = "data"):
+        super().__init__(message, field)
 
 
 def is_saved(folder: Path) -> bool:

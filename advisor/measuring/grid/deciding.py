@@ -19,7 +19,7 @@ from advisor.answers.recommendation import recommend
 from advisor.errors import NoEvidence
 from advisor.kb.open import open_for_reading
 from advisor.kb.queries.groups import evidence_groups
-from advisor.measuring.grid.runner import SOURCE
+from advisor.measuring.grid.runner import MEASURED_SOURCE
 from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.recipe.config import GridCell
 from advisor.rules import Rules
@@ -87,7 +87,7 @@ def _identity(cell: GridCell) -> tuple:
     return (
         cfg.model,
         cell.model.family.name,
-        SOURCE,
+        MEASURED_SOURCE,
         hardware,
         preset,
         cfg.protocol,

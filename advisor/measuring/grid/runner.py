@@ -26,7 +26,7 @@ from advisor.measuring.training.trainer import Diverged, Trainer, Untrained, is_
 from advisor.model_ref import ResolvedModel
 from advisor.rules import Rules
 
-SOURCE = "measured"
+MEASURED_SOURCE = "measured"
 TUNING_SOURCE = "measured:tuning"
 
 
@@ -208,7 +208,7 @@ def cell_run(cell: GridCell, settings: str, machine: dict) -> dict:
     --tune-lr go to their own source: they choose the rates, they are not evidence to answer from."""
     cfg = cell.config
     return {
-        "source": TUNING_SOURCE if cfg.role == "tuning" else SOURCE,
+        "source": TUNING_SOURCE if cfg.role == "tuning" else MEASURED_SOURCE,
         "cell_key": cfg.cell_key(),
         "seed": cfg.seed,
         "model": cfg.model,

@@ -21,7 +21,7 @@ class ShardError(InputError):
     """A --shard that cannot be used: one sentence that says what to pass."""
 
     def __init__(self, message: str):
-        super().__init__(message, "--shard")
+        super().__init__(message, "shard")
 
 
 @dataclass(frozen=True)

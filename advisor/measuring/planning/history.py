@@ -27,7 +27,7 @@ from advisor.places import exists, resolve_db_path, shipped_kb_path, user_kb_pat
 
 
 @dataclass(frozen=True)
-class Figure:
+class PastFigure:
     """A measured figure, the runs it is of (0: timed by this plan), and where it came from."""
 
     value: float
@@ -205,4 +205,4 @@ def _finite(value) -> bool:
 
 
 def _figures(values: dict, summary, label: str) -> dict:
-    return {key: Figure(summary(v), len(v), label) for key, v in values.items()}
+    return {key: PastFigure(summary(v), len(v), label) for key, v in values.items()}

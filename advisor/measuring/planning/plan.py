@@ -34,8 +34,8 @@ from advisor.measuring.machine.hardware import describe, resolve_device
 from advisor.measuring.model.builder import build_model
 from advisor.measuring.model.families import family_of
 from advisor.measuring.planning.history import (
-    Figure,
     History,
+    PastFigure,
     cells_done,
     length_of,
     open_kbs,
@@ -76,13 +76,13 @@ class CellCost:
     source: str  # how its time was priced, in a sentence
     done: bool = False  # already ended in the KB measure writes, on this hardware: measure skips it
     origin: str = "unknown"  # measured (the same cell) | runs | calibrated | fit | unknown
-    step: Figure | None = None  # seconds per optimizer update
-    startup: Figure | None = None  # the rest of its wall time: build, data, evaluations, measured step
+    step: PastFigure | None = None  # seconds per optimizer update
+    startup: PastFigure | None = None  # the rest of its wall time: build, data, evaluations, measured step
     startup_parts: dict[str, float] = field(default_factory=dict)  # where the shape timing timed them
     updates: int = 0
     evaluations: int = 0  # held-out evaluations the protocol runs (at most: checks stop at the target)
     memory_from: str | None = None  # peak RSS of runs (a KB's label), the shape timing, or advisor fit
-    wall: Figure | None = None  # the same cell's measured wall time
+    wall: PastFigure | None = None  # the same cell's measured wall time
 
     @property
     def label(self) -> str:
@@ -123,7 +123,7 @@ def _short(kb: str) -> str:
     return {"your KB": "yours", "shipped KB": "shipped"}.get(kb, kb)
 
 
-def _from(figure: Figure | None, fallback: str) -> str | None:
+def _from(figure: PastFigure | None, fallback: str) -> str | None:
     """Where a figure came from, in a word or two: runs of a KB, the shape timing, advisor fit (an estimate
     from fit's step says nothing more)."""
     if figure is None or figure.kb == ESTIMATE:
@@ -366,10 +366,10 @@ def _price(cell: GridCell, history: History, timings: dict, rules: Rules, host_g
     cost.step = history.steps.get(pair)
     cost.startup = history.startups.get((pair[0], length_of(cfg), cfg.strategy))
     if timed is not None and cost.step is None:
-        cost.step = Figure(timed.step(cfg.optimizer, cfg.strategy), 0, TIMED_HERE)
+        cost.step = PastFigure(timed.step(cfg.optimizer, cfg.strategy), 0, TIMED_HERE)
     if timed is not None and cost.startup is None:
         cost.startup_parts = timed.startup(cfg.optimizer, cfg.strategy, cost.evaluations)
-        cost.startup = Figure(sum(cost.startup_parts.values()), 0, TIMED_HERE)
+        cost.startup = PastFigure(sum(cost.startup_parts.values()), 0, TIMED_HERE)
     if cost.step is not None:
         here = TIMED_HERE in (cost.step.kb, cost.startup and cost.startup.kb)
         _settle(cost, "calibrated" if here else "runs", SOURCES["calibrated" if here else "runs"])
@@ -380,7 +380,7 @@ def _settle(cost: CellCost, origin: str, source: str) -> None:
     """The cell's time from its step and start-up (estimated from its evaluations where none is known)."""
     if cost.startup is None:
         cost.startup_parts = {"evaluations": _evaluations_s(cost.config, cost.step.value, cost.evaluations)}
-        cost.startup = Figure(cost.startup_parts["evaluations"], 0, ESTIMATE)
+        cost.startup = PastFigure(cost.startup_parts["evaluations"], 0, ESTIMATE)
     cost.origin, cost.source = origin, source
     cost.seconds = cost.startup.value + cost.updates * cost.step.value
 
@@ -392,13 +392,13 @@ def _evaluations_s(cfg: RunConfig, step_s: float, evaluations: int) -> float:
 
 
 def _host_memory(
-    cost: CellCost, runs: Figure | None, timed: ShapeTiming | None, host_gb: float | None
+    cost: CellCost, runs: PastFigure | None, timed: ShapeTiming | None, host_gb: float | None
 ) -> None:
     """On this machine's CPU: the peak RSS measured (the pair's runs, else the shape timing's process) as
     the cell's memory, where it is under OBVIOUS_SHARE of the host's RAM: it fits, and no trace is made."""
     if host_gb is None:
         return
-    figure = runs or (Figure(timed.rss_gb, 0, TIMED_HERE) if timed is not None else None)
+    figure = runs or (PastFigure(timed.rss_gb, 0, TIMED_HERE) if timed is not None else None)
     if figure is not None and figure.value <= OBVIOUS_SHARE * host_gb:
         cost.memory_gb, cost.fits, cost.memory_from = figure.value, True, figure.kb
 
@@ -439,7 +439,7 @@ def _price_by_fit(cost: CellCost, row, mfu: float, rates: dict) -> None:
     if step_s is None:
         cost.source = "unknown: the accelerator states no peak FLOP/s and nothing was measured on it"
         return
-    cost.step = Figure(step_s, 0, "fit")
+    cost.step = PastFigure(step_s, 0, "fit")
     _settle(cost, "fit", f"fit: {how}; the start-up from runs of the shape, else its evaluations alone")
 
 
@@ -448,7 +448,7 @@ def _cpu_rates(history: History, timings: dict) -> dict:
     rates = dict(history.gflops)
     timed = [t.gflops for t in timings.values() if t is not None and t.gflops]
     if None not in rates and timed:
-        rates[None] = Figure(statistics.median(timed), 0, TIMED_HERE)
+        rates[None] = PastFigure(statistics.median(timed), 0, TIMED_HERE)
     return rates
 
 

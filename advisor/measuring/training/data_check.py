@@ -50,5 +50,6 @@ def check_sizes(cell: GridCell, fam, classes: int | None, rules: Rules) -> None:
         else:
             sized_user_config(cell.model, sizes, rules)
     except ValueError as e:
-        flag = next((f for f in ("--seq-len", "--image-size", "tokenizer") if f in str(e)), "--data")
-        raise DataError(f"{cfg.model}: {e}.", param="--model" if flag == "tokenizer" else flag) from e
+        said = {"--seq-len": "seq_len", "--image-size": "image_size", "tokenizer": "models"}
+        field = next((field for words, field in said.items() if words in str(e)), "data")
+        raise DataError(f"{cfg.model}: {e}.", field=field) from e
