@@ -31,7 +31,7 @@ test: setup browser
 	$(BIN)/ruff check advisor tests bench
 	$(BIN)/python -m pytest
 
-# All but the tests marked slow (real training steps, multi-process FSDP, torchao's compile, subprocess kills):
+# All but the tests marked slow (over 6 s in a full run: real training steps, cold traces, multi-process FSDP, Ray):
 # the loop while you work; `make test` before you push.
 test-fast: setup
 	$(BIN)/ruff check advisor tests bench

@@ -23,6 +23,7 @@ from advisor.kb.open import (
     connect_kb_readonly,
     open_source,
     open_to_compact,
+    process_exists,
     writing,
 )
 from advisor.kb.queries.for_report import export_validations, iter_runs
@@ -374,15 +375,5 @@ def _remove_stale_builds(folder: Path) -> None:
     """Temporary files of builds whose process no longer exists (killed mid-build)."""
     for leftover in folder.glob(".build-*.sqlite*"):
         pid = leftover.name.split("-")[1]
-        if pid.isdigit() and not _process_exists(int(pid)):
+        if pid.isdigit() and not process_exists(int(pid)):
             leftover.unlink(missing_ok=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -409,11 +409,11 @@ def _remove_stale_creations(path: Path) -> None:
     """Temporary files of KBs being created at `path` whose process no longer exists (killed mid-creation)."""
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{CREATING}*"):
         pid = leftover.name[len(path.name) + 2 :].split("-")[0]
-        if pid.isdigit() and not _process_exists(int(pid)):
+        if pid.isdigit() and not process_exists(int(pid)):
             leftover.unlink(missing_ok=True)
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
     """Whether a process with this id is running (one we may not signal counts)."""
     try:
         os.kill(pid, 0)

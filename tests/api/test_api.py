@@ -20,6 +20,7 @@ def test_recommend_gives_the_clis_answer(invoke):
     assert by_model.recommendation.optimizer != "adam"
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_recommend_takes_what_the_command_takes(invoke):
     """model, gpu, memory (GiB), preset, group, source and the menu's options as keywords, as the CLI's
     options; `as_dict()` needs no argument."""

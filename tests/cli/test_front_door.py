@@ -188,6 +188,7 @@ def test_advisor_help_points_to_fit_first(invoke):
     assert commands[0] == "fit" and "advisor fit --model" in result.output.split("Commands:")[0]
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_a_cold_trace_prints_its_stages_and_no_librarys_notices(tmp_path):
     """torchao's absent CUDA kernels, bitsandbytes' `kernels` trust check with the Hub offline, torch's notices
     of torchao's registrations: none reaches the user's terminal while a trace runs; its stages do."""

@@ -207,6 +207,7 @@ def test_every_shipped_and_fixture_config_passes_its_class():
         built(json.loads(path.read_text()), path)
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_a_model_the_class_lets_through_and_the_trace_cannot_step_is_a_sentence_without_a_traceback(tmp_path):
     """A partial rotary part Llama's code does not take: the trace's own sentence, and no library's log of the
     same error as a traceback on stderr (fake tensors' log, from the trace's worker processes)."""

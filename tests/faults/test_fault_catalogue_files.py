@@ -172,6 +172,7 @@ def test_force_replaces_a_link_never_what_it_points_to(invoke, tmp_path, user_kb
     ).read_text() == "the user's own notes\n" and user_kb.read_bytes() == kb_before
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_kb_build_replaces_an_earlier_build_only_with_force(invoke, tmp_path):
     built = tmp_path / "built.sqlite"
     assert invoke("kb", "build", "-o", built).exit_code == 0

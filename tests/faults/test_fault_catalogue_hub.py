@@ -239,6 +239,7 @@ print("after:", os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE, file
 """
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_a_cold_qlora_fit_does_not_wait_on_a_hub_that_never_answers(tmp_path, monkeypatch):
     """Before: the import of peft (and so bitsandbytes) waited on the Hub with no deadline; `fit` printed only
     "tracing..." (killed here at 90 s; by a user at 404 s)."""

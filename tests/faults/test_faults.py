@@ -104,6 +104,7 @@ def test_two_processes_share_a_kb(tmp_path):
     assert query(db, "PRAGMA integrity_check") == [("ok",)]
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_diverging_and_oom_cells_are_stored_and_excluded_with_reasons(tmp_path, invoke, measure_tiny):
     db = tmp_path / "faults.sqlite"
     assert measure_tiny(db, "--strategy", "standard", "--optimizer", "adam").exit_code == 0
@@ -161,6 +162,7 @@ def test_answers_flag_evidence_that_mixes_settings(tmp_path, invoke, measure_tin
     assert shipped["mixed_protocols"] == {}  # the reference grid: one protocol
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_the_fork_server_dies_with_its_grid_even_while_it_imports(tmp_path):
     """kill -9 of `advisor measure` while its fork server still imports torch: the server goes at once
     (advisor.measuring.machine.orphans), instead of importing on for minutes holding the caller's pipes."""

@@ -207,6 +207,7 @@ def fresh_advisor(*argv) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 @pytest.mark.parametrize("command", ["import", "merge"])
 def test_a_write_into_a_current_kb_imports_no_sqlite_utils(tmp_path, invoke, command):
     """A write with nothing to migrate reads the recorded migrations with the standard library alone."""

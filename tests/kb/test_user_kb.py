@@ -256,6 +256,7 @@ def test_the_users_own_model_is_matched_by_its_config_wherever_it_is_typed_from(
     assert "not the model asked about" in mine["passed_over"]
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 @pytest.mark.parametrize("how", ["--db", "ADVISOR_DB"])
 def test_naming_the_shipped_kb_as_the_one_to_write_is_refused(invoke, tmp_path, monkeypatch, how):
     other = tmp_path / "other.sqlite"

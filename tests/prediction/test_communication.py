@@ -141,6 +141,7 @@ def test_the_hidden_share_runs_under_compute_and_never_more_than_all_of_it():
     assert overlapped(10.0, 4.0, 0.0) == pytest.approx(14.0)
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_the_answer_names_the_links_it_used_and_the_steps_communication(invoke, tmp_path):
     """Through the CLI: two nodes of eight H100s under FSDP; --verbose names the node link and the network
     (and that --interconnect gave them), and how much of the step the collectives take."""

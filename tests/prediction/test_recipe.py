@@ -149,6 +149,7 @@ def recipe_of(configuration: dict) -> tuple:
     return args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["learning_rate"]
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_the_code_carries_the_priced_batch_and_rate_for_every_row(invoke):
     several = ("--optimizer", "adamw", "--optimizer", "lion_8bit", "--optimizer", "schedule_free_adamw",
                "--optimizer", "muon", "--offload", "none")  # fmt: skip
@@ -224,6 +225,7 @@ def test_a_small_model_trains_at_the_effective_batch_not_at_one(invoke):
     assert bigger["effective_batch"] >= 1024
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_full_fine_tuning_on_4_bit_states_ranks_after_lora(invoke):
     """Mistral-7B on two RTX 3090s (the rows that decide it): full fine-tuning fits only with 4-bit AdamW
     states, LoRA fits too; LoRA is the pick, the 4-bit row is on its own rung, and no rung calls it 8-bit."""
@@ -292,6 +294,7 @@ def test_the_base_install_answers_from_the_cache_or_says_what_to_install(invoke,
     assert "Traceback" not in cold.output and len(cold.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_a_loss_pick_from_single_runs_names_the_seeded_evidence_and_why_the_menu_differs(invoke):
     """ModernBERT on an A10G, optimizing loss: the paper's single runs answer (the model's own scale); the
     answer says what the best evidence with repeated seeds picks, and why the menu's AdamW pick differs."""
@@ -400,6 +403,7 @@ def test_at_the_same_effective_batch_the_faster_configuration_wins(invoke):
     assert pick["effective_batch"] == 16
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_an_fsdp_row_accumulates_to_the_effective_batch_and_its_code_reduces_each_micro_batch(invoke):
     """FSDP's default menu traces accumulation too (a 2-GPU rank that fits two samples reaches 16 as 2 x 4 x
     2), with accelerate's sync_each_batch: each micro-batch's gradients reduce-scattered into the shard, as

@@ -238,6 +238,7 @@ def _value(node: ast.expr):
     return ast.literal_eval(node.keywords[0].value if isinstance(node, ast.Call) else node)
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_every_configurations_training_arguments_build_as_printed_with_warnings_as_errors(tmp_path):
     """Each distinct `args = TrainingArguments(...)` of the menus, exec'd as printed in `python -W error` (and
     transformers' logged warnings counted too), and built from the dict a row's training_arguments reads: the

@@ -114,6 +114,7 @@ def sent(tmp_path_factory) -> dict:
     return dict(out=out, page=(out / "index.html").read_text(), paths=[base, data, model], fits=fits)
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_a_sent_report_names_no_absolute_path(sent):
     """The user's KB, their model's folder, the folder the report was made in: none in any written file."""
     written = {p.name: p.read_text() for p in sent["out"].iterdir()}

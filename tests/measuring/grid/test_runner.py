@@ -112,6 +112,7 @@ def test_rerun_skips_ok_cells_and_reruns_crashed(tmp_path):
     assert "ended before the run did" in stored[1]["error"]
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_nothing_leaks_from_a_large_cell_into_a_small_one(tmp_path):
     db = tmp_path / "measured.sqlite"
     large = replace(TINY, model="vit", preset="small", batch_size=384, steps_per_epoch=1, optimizer="adam")

@@ -198,6 +198,7 @@ def test_a_70b_fine_tune_on_8_h100s_and_an_8b_on_two_4090s(invoke, tmp_path):
     assert any(r["fits"] for (a, _, _), r in rows.items() if a == "lora")
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_every_launch_config_is_what_the_installed_libraries_take(llama, tmp_path, monkeypatch):
     """For each sharding and offload of a 2-node answer: TrainingArguments take the arguments (HSDP's
     ParallelismConfig included), transformers fills DeepSpeed's JSON and DeepSpeed's own schema (which refuses

@@ -47,6 +47,7 @@ def test_every_shipped_model_traces_on_one_gpu_and_sharded_on_two(name):
         )
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_gemma_3_traces_with_its_image_inputs():
     """Gemma 3 (4B and up) is a vision-language model whose vision tower takes (batch, 3, H, W) pixels and
     whose image tokens are pooled to mm_tokens_per_image: with --image-size its step traces, the image's

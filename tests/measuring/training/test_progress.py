@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
 from rich.console import Console
 
 from advisor.measuring.grid.runner import CellResult
@@ -63,6 +64,7 @@ def test_a_terminal_gets_bars_and_a_file_gets_lines():
     assert isinstance(reporter_for(Console(file=io.StringIO())), PlainReporter)
 
 
+@pytest.mark.slow  # over 6 s in a full run (issue 49: make test-fast under 5 minutes)
 def test_measure_with_stderr_redirected_writes_a_line_per_epoch(tmp_path):
     log = tmp_path / "log"
     args = ["--model", "llama", "--preset", "tiny", "--optimizer", "adam", "--optimizer", "adamw"]
