@@ -65,12 +65,14 @@ class RulesProblem(click.ClickException):
 
 def flag_of(field: str) -> str:
     """The flag of the running command that sets a request's field (an InputError names the field): the one
-    place a field becomes a flag. A field no option of the command sets is spelled with dashes."""
+    place a field becomes a flag. A field no option of the command sets is said as the API's sentences say it."""
+    from advisor.api.inputs import _flag  # the API's own spelling (FLAGS), imported with the API it names
+
     ctx = click.get_current_context(silent=True)
     for param in ctx.command.params if ctx else ():
         if param.name == field and isinstance(param, click.Option):
             return max(param.opts, key=len)
-    return "--" + field.replace("_", "-")
+    return _flag(field)
 
 
 def domain_errors(fn):
