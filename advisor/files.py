@@ -1,27 +1,27 @@
 """Files advisor writes and reads back, done safely: an output FILE the user names refused where writing
 it would lose something (`output_problem`), a file written in one step (the pages, `claims --markdown`, the
-caches), a file read only if it is a plain one of bounded size, and text that is slow to make
-(the report's chart script) kept in a cache folder, checked when read. Standard library only, at the base of
-the layers: the KB's remembered checks and the pages share it."""
+caches), a file read only if it is a plain one of bounded size, and what is slow to make kept in a cache
+folder (the report's chart script, checked when read; the parsed rules, by their text).
+Standard library only, at the base of the layers: the KB's remembered checks and the pages share it."""
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 MOST_CACHED = 32 << 20  # bytes: a kept file larger than this is not read (Vega's bundle is 0.9 MB)
+MOST_KEPT = 4 << 20  # bytes: a kept value's file larger than this is not read (the parsed rules: ~0.1 MB)
 
 
 def replace_file(path: Path, data: bytes) -> None:
     """`data` as the file at `path`, in one step: written to a new file beside it, then renamed onto the name.
     A reader never sees half a file, and a symbolic link at `path` is replaced, never written through:
     nothing outside the file's folder is touched. An OSError names `path`."""
-    temp, made = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp"), False
+    temp, made = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp"), False
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
         made = True
@@ -138,6 +138,38 @@ def cached_text(folder: Path, stem: str, build: Callable[[], str]) -> str:
     return text
 
 
+def kept_json(folder: Path, name: str, key: str, build: Callable[[], object]) -> object:
+    """build()'s value, kept in `folder` as '<name>.json' beside `key` (everything the value depends on, as
+    text: a file's content, not a digest of it), so that the next process with the same key reads it rather
+    than building it again (parsing the rules' TOML: 10 ms of a 0.15 s answer); another key
+    builds it again and takes the name. Only a value JSON gives back equal is kept (no tuple, datetime or
+    NaN). The file is input like any other (`read_plain`: a plain file, bounded; text that is not this
+    shape counts as nothing kept); a folder that cannot be read or written costs the build, never the
+    command."""
+    path = folder / f"{name}.json"
+    data = read_plain(path, MOST_KEPT)
+    if data is not None:
+        try:
+            kept = json.loads(data)
+        except (ValueError, RecursionError):  # not JSON (a UnicodeDecodeError is a ValueError), too deep
+            kept = None
+        if isinstance(kept, dict) and kept.get("key") == key and "value" in kept:
+            return kept["value"]
+    value = build()
+    try:
+        text = json.dumps({"key": key, "value": value}, allow_nan=False)
+        if json.loads(text)["value"] != value:
+            return value
+    except (TypeError, ValueError, RecursionError):  # not JSON's (a datetime, a NaN), or nested too deep
+        return value
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        replace_file(path, text.encode("utf-8"))
+    except OSError:
+        pass  # a read-only data folder, a file where the folder goes: built, and on we go
+    return value
+
+
 def _candidates(folder: Path, stem: str) -> list[tuple[Path, str]]:
     """The files in `folder` named as kept text of `stem`, each with the digest its name states; none where
     the folder cannot be listed."""
@@ -184,4 +216,6 @@ def read_plain(path: Path, most: int) -> bytes | None:
 
 def _digest(data: bytes) -> str:
     """sha256 of `data`, in hex."""
+    import hashlib  # 3 ms (OpenSSL): only where kept text is checked
+
     return hashlib.sha256(data).hexdigest()

@@ -7,11 +7,9 @@ of ('llama-3.1-8b', models/index.toml), the Hugging Face cache, and last the Hub
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from pathlib import Path
@@ -20,6 +18,7 @@ from advisor.errors import ModelNotResolved, UnsupportedModel
 from advisor.model_config import MOST_CONFIG_BYTES, parse, printable
 from advisor.places import shipped_models_dir, user_rules_dir
 from advisor.rules import FamilyRecord, Rules
+from advisor.rules_files import toml_data
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,8 @@ class ResolvedModel:
             if self.reference
             else json.dumps(self.config, sort_keys=True)
         )
+        import hashlib  # 3 ms (OpenSSL): only where a prediction is keyed
+
         return hashlib.sha256(text.encode()).hexdigest()
 
     @property
@@ -249,11 +250,11 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-@cache
 @cache  # read once a process: a --json menu asks each of its rows for its Hub id
 def shipped_models() -> dict[str, dict]:
     """The published models advisor ships configs of (models/index.toml): name -> {hub, aliases, variants}."""
-    return tomllib.loads((shipped_models_dir() / "index.toml").read_text())["models"]
+    index = shipped_models_dir() / "index.toml"
+    return toml_data(index, index.read_text())["models"]
 
 
 @cache

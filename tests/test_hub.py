@@ -55,18 +55,27 @@ class Hostile(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
+    made = []
+
     def serve(mode: str):
         handler = type("Handler", (Hostile,), {"mode": mode})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
+        # a stalled handler meets its closed client after the test: silent, not a traceback on whatever
+        # stderr a later test in this process holds (a CliRunner's, which then fails to read its JSON)
+        server.handle_error = lambda request, client_address: None
         threading.Thread(target=server.serve_forever, daemon=True).start()
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        made.append(server)
         return server
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("ADVISOR_HUB_TIMEOUT", str(DEADLINE))
-    return serve
+    yield serve
+    for server in made:
+        server.shutdown()
+        server.server_close()
 
 
 def resolved_within(seconds: float) -> str:

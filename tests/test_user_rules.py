@@ -8,7 +8,7 @@ import pytest
 from advisor.errors import RulesError
 from advisor.places import shipped_rules_dir, user_rules_dir
 from advisor.rules import load_rules
-from advisor.rules_files import extended
+from advisor.rules_files import RULE_FILES, extended
 
 
 def test_a_users_model_type_joins_a_family(invoke, tmp_path):
@@ -95,3 +95,26 @@ def test_a_bad_value_the_user_did_not_set_names_the_shipped_file(tmp_path):
     (custom / "fit.toml").write_text(text.replace("headroom = 0.05", "headroom = -0.05"))
     with pytest.raises(RulesError, match=rf"^{custom / 'fit.toml'}, line \d+: fits.headroom must be"):
         load_rules(str(custom))
+
+
+def test_the_parsed_rules_kept_between_runs_are_what_tomllib_gives_and_an_edit_is_read():
+    """The rules' TOML, parsed once and kept in the data folder's cache (rules_files.toml_data), is keyed by
+    the file's text: an edited file is read as it now is at the next load, and what is read back equals
+    tomllib's parse, for the user's file, every shipped one and the models' index."""
+    import tomllib
+
+    from advisor.places import shipped_models_dir, user_dir
+    from advisor.rules import _load_rules
+    from advisor.rules_files import toml_data
+
+    user_rules_dir().mkdir(parents=True)
+    path = user_rules_dir() / "flowchart.toml"
+    for tolerance in (0.002, 0.003):
+        path.write_text(f"[ranking]\ntie_tolerance = {tolerance}\n")
+        for _ in range(2):  # the first load parses and keeps, the second reads the kept parse
+            _load_rules.cache_clear()  # as a new process loads them
+            assert load_rules().flowchart["ranking"]["tie_tolerance"] == tolerance
+    for file in [*sorted(shipped_rules_dir().glob("*.toml")), shipped_models_dir() / "index.toml"]:
+        text = file.read_text()
+        assert toml_data(file, text) == toml_data(file, text) == tomllib.loads(text), file
+    assert len(list((user_dir() / "cache").glob("toml-*.json"))) >= len(RULE_FILES) + 1

@@ -26,7 +26,6 @@ from advisor.cli.params import (
 from advisor.fields import help_of
 from advisor.model_ref import ResolvedModel
 from advisor.prediction.fit_request import FitRequest
-from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, gpus_view, models_view, runnable
 from advisor.rules import load_rules
 
 
@@ -106,11 +105,10 @@ def fit_command(
         advisor fit --list-models
     """
     rules = load_rules()
-    if list_gpus:
-        console().print(gpus_view(rules))
-        return
-    if list_models:
-        console().print(models_view())
+    if list_gpus or list_models:
+        from advisor.render.fit_views import gpus_view, models_view
+
+        console().print(gpus_view(rules) if list_gpus else models_view())
         return
     if model is None:
         raise click.UsageError("pass --model NAME|PATH|HF_ID (or --list-models, --list-gpus).")
@@ -119,12 +117,20 @@ def fit_command(
     answer = api.fit(model, FitRequest(**options), db=db, say=say)
     if as_json:
         echo_json(answer.as_dict())
-    elif code_only:
+    else:
+        _show(answer, code_only, show_all, verbose)
+    if answer.not_cached:  # the answer stands; the next run of the question traces again
+        click.echo(f"Not cached, so the next run traces again: {answer.not_cached}", err=True)
+
+
+def _show(answer, code_only: bool, show_all: bool, verbose: bool) -> None:
+    """The answer drawn, or its pick's code alone: rich and the views (25 ms) imported here, never for --json."""
+    from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, runnable
+
+    if code_only:
         shown = runnable(answer)
         if shown is None:
             raise click.ClickException(f"no code to print: {NOTHING_FITS}")
         click.echo(code_of(answer, shown))
     else:
         console().print(fit_view(answer, show_all, verbose), crop=False)  # code lines copy whole
-    if answer.not_cached:  # the answer stands; the next run of the question traces again
-        click.echo(f"Not cached, so the next run traces again: {answer.not_cached}", err=True)

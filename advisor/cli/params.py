@@ -24,17 +24,19 @@ from advisor.kb.migrations import STATUSES
 from advisor.kb.queries import groups
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
-from advisor.prediction.fit_request import NUMBERS, WHOLE, FitRequest
-from advisor.prediction.step import (
+from advisor.prediction.fit_request import (
     ADAPTERS,
     ATTENTIONS,
     DTYPES,
     GENERATIONS,
     LOSSES,
     METHODS,
+    NUMBERS,
     OFFLOADS,
     REFERENCES,
     SHARDINGS,
+    WHOLE,
+    FitRequest,
 )
 from advisor.rules import load_rules
 
@@ -47,7 +49,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 def console() -> Console:
     from rich.console import Console  # rich's 20 ms wait for what prints tables (--json prints none)
 
-    return Console(soft_wrap=False)
+    return Console(soft_wrap=False, emoji=False)  # nothing advisor prints is an emoji code (and 2 ms of rich)
 
 
 def echo_json(obj) -> None:

@@ -9,7 +9,6 @@ that has nothing to migrate then imports nothing beyond the standard library.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sqlite3
@@ -17,7 +16,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from advisor.kb import summaries
-from advisor.kb.identity import run_uid
 
 MIGRATION_SET = "advisor"
 MIGRATIONS_TABLE = "_sqlite_migrations"
@@ -107,6 +105,8 @@ def _bookkeeping(conn: sqlite3.Connection) -> None:
 
 def _backfill_uids(conn: sqlite3.Connection) -> None:
     """Runs written before identities existed get theirs, computed from their provenance."""
+    from advisor.kb.identity import run_uid  # hashlib (OpenSSL, 3 ms): a migration's, never an answer's
+
     cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
     seen = set()
     for row in conn.execute("SELECT * FROM runs WHERE uid IS NULL").fetchall():
@@ -486,6 +486,8 @@ def _name_trainer_models(conn: sqlite3.Connection) -> None:
     for run_id, model, config in rows:
         built = json.loads(config or "{}").get("model_config")
         if isinstance(built, dict) and not built.get("_name_or_path") and model == built.get("model_type"):
+            import hashlib  # 3 ms (OpenSSL): a migration's alone, never an answer's
+
             digest = hashlib.sha256(json.dumps(built, sort_keys=True, default=str).encode()).hexdigest()
             conn.execute("UPDATE runs SET model = ? WHERE id = ?", [f"{model} config {digest[:8]}", run_id])
 

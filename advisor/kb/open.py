@@ -18,9 +18,7 @@ transactions is advisor.kb.store's (imported by the write modes only, off the an
 from __future__ import annotations
 
 import errno
-import glob
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -370,7 +368,7 @@ def _create(path: Path) -> None:
     reader refuses, only a temporary file that the next creation removes. Two processes creating one KB at
     once: the first link wins, and the other opens that KB."""
     _remove_stale_creations(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{CREATING}")
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}{CREATING}")
     try:
         conn = sqlite3.connect(temp, isolation_level=None)
         try:
@@ -407,6 +405,8 @@ def _link_into_place(temp: Path, path: Path) -> None:
 
 def _remove_stale_creations(path: Path) -> None:
     """Temporary files of KBs being created at `path` whose process no longer exists (killed mid-creation)."""
+    import glob  # 2 ms: a writer's, never an answer's
+
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{CREATING}*"):
         pid = leftover.name[len(path.name) + 2 :].split("-")[0]
         if pid.isdigit() and not process_exists(int(pid)):

@@ -1,6 +1,6 @@
-"""What `advisor fit` is asked, as given (`FitRequest`: each field's default and help declared once), and the
-ranges its numbers may take (WHOLE, NUMBERS: the command line's types and the Python API's checks are made from
-them)."""
+"""What `advisor fit` is asked, as given (`FitRequest`: each field's default and help declared once), the
+choices its words may take (DTYPES, ADAPTERS, ...) and the ranges its numbers may take (WHOLE, NUMBERS: the
+command line's types and the Python API's checks are made from them)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,27 @@ from dataclasses import dataclass, replace
 
 from advisor.errors import InputError
 from advisor.fields import option
+
+# What each choice of a fit may be (the command line's choices and the API's checks; prediction/step.py reads them)
+DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+ADAPTERS = ("full", "lora", "qlora")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")  # none: one accelerator
+ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
+METHODS = (
+    "trainer",
+    "sft",
+    "dpo",
+    "reward",
+    "grpo",
+)  # the step traced: Trainer's own loss, or TRL's trainers
+REFERENCES = (
+    "model",
+    "adapter",
+    "precomputed",
+)  # where DPO's (and GRPO's) reference log-probabilities come from
+GENERATIONS = ("transformers", "vllm-colocate", "vllm-server")  # who samples GRPO's completions
+LOSSES = ("logits", "fused")  # Trainer's loss: on the whole logits, or Liger's fused linear cross-entropy
 
 MAX_NODES = 16_384  # past the largest clusters built (about 100,000 GPUs, 8 a node): a larger count is a typo
 

@@ -10,9 +10,7 @@ from importlib.util import find_spec
 from advisor.errors import InputError
 from advisor.model_ref import ResolvedModel
 from advisor.prediction import accelerators
-from advisor.prediction.fit_request import FitRequest, check_numbers, dtypes_asked, normalized
-from advisor.prediction.menu import Menu
-from advisor.prediction.step import (
+from advisor.prediction.fit_request import (
     ADAPTERS,
     ATTENTIONS,
     GENERATIONS,
@@ -21,6 +19,13 @@ from advisor.prediction.step import (
     OFFLOADS,
     REFERENCES,
     SHARDINGS,
+    FitRequest,
+    check_numbers,
+    dtypes_asked,
+    normalized,
+)
+from advisor.prediction.menu import Menu
+from advisor.prediction.step import (
     Adapter,
     Config,
     Method,
@@ -48,7 +53,7 @@ class Question:
     nodes: int = 1
     effective_batch: int = 16  # samples per optimizer step over every rank that a recipe reaches
     effective_source: str = ""  # where that figure comes from: --effective-batch, or the rules' default
-    method: str = "trainer"  # trainer | sft | dpo | reward | grpo (step.py METHODS)
+    method: str = "trainer"  # trainer | sft | dpo | reward | grpo (fit_request.py METHODS)
     reference: str | None = None  # DPO's (GRPO's) reference as asked; None: per adapter (method_of)
     rollout: Rollout | None = None  # GRPO's generation settings, every default filled
     loss: str = "logits"  # Trainer's: logits | fused (Liger's fused linear cross-entropy)

@@ -18,25 +18,6 @@ from fractions import Fraction
 # MemTracker has its own categories (advisor/measuring/training/tensors.py MEMTRACKER_MEASURES).
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
 ENGINE_VERSION = 7  # what a prediction means: bump it when that changes, and cached ones are traced again
-DTYPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
-ADAPTERS = ("full", "lora", "qlora")
-OFFLOADS = ("none", "optimizer", "optimizer+params")
-SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")  # none: one accelerator
-ATTENTIONS = ("sdpa", "eager", "flash_attention_2")  # flash_attention_2 is traced as sdpa (rules/fit.toml)
-METHODS = (
-    "trainer",
-    "sft",
-    "dpo",
-    "reward",
-    "grpo",
-)  # the step traced: Trainer's own loss, or TRL's trainers
-REFERENCES = (
-    "model",
-    "adapter",
-    "precomputed",
-)  # where DPO's (and GRPO's) reference log-probabilities come from
-GENERATIONS = ("transformers", "vllm-colocate", "vllm-server")  # who samples GRPO's completions
-LOSSES = ("logits", "fused")  # Trainer's loss: on the whole logits, or Liger's fused linear cross-entropy
 # GRPO's phases that run the whole generation batch at once (every micro-batch of an optimizer step's
 # completions, sampled together), not one micro-batch: read at the generation batch (at_generation)
 ROLLOUT = ("prefill", "decode")
@@ -105,7 +86,9 @@ class Method:
         if kind == "dpo":
             return cls("dpo", default)
         if kind == "grpo":
-            return cls("grpo", default if beta else None, completion, generation or GENERATIONS[0])
+            return cls(
+                "grpo", default if beta else None, completion, generation or "transformers"
+            )  # the policy's
         return cls(kind, loss=loss if kind == "trainer" else "logits")
 
     @property
@@ -327,7 +310,7 @@ def at_generation(payload: dict, rows: int) -> dict:
     for p in ROLLOUT:
         if p in phases:
             phases[p] = [[_fixed(lines, rows)] for lines in phases[p]]
-    fixed = {k: v for k, v in payload.items() if k not in ("_sums", "phases")}
+    fixed = {k: v for k, v in payload.items() if k not in ("_sums", "_totals", "phases")}
     return {**fixed, "phases": phases}
 
 
@@ -341,16 +324,20 @@ def _fixed(lines: list[dict], rows: int) -> dict:
 
 
 def _phase_totals(payload: dict, batch: int) -> list[float]:
-    """Each phase's peak of live tensor bytes at a micro-batch size, in the payload's order of phases."""
-    coefficients = _coefficients(payload)
-    out = []
-    for points in _line_sums(payload):
-        total = 0.0
-        for c, lines in zip(coefficients, points, strict=True):
-            if c:
-                total += c * max(a + batch * b for a, b in lines)
-        out.append(total)
-    return out
+    """Each phase's peak of live tensor bytes at a micro-batch size, in the payload's order of phases (kept
+    on the payload by batch: a row's max-batch search, its memory and its phases ask the same batches)."""
+    memo = payload.setdefault("_totals", {})
+    if batch not in memo:
+        coefficients = _coefficients(payload)
+        out = []
+        for points in _line_sums(payload):
+            total = 0.0
+            for c, lines in zip(coefficients, points, strict=True):
+                if c:
+                    total += c * max([a + batch * b for a, b in lines])
+            out.append(total)
+        memo[batch] = out
+    return memo[batch]
 
 
 def _line_sums(payload: dict) -> list:

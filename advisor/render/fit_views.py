@@ -174,7 +174,8 @@ def _fit_head(answer, verbose: bool) -> Panel:
     listed = len(answer.shown())
     more = f" · {listed} of {n} shown (--all for every one)" if verbose and listed < n else ""
     head.append(f" · {cache}{more}", style="dim")
-    return Panel(head, title="advisor fit", title_align="left", border_style="green" if pick else "red")
+    # the title as text, not markup (rich's emoji table is not read for it)
+    return Panel(head, title=Text("advisor fit"), title_align="left", border_style="green" if pick else "red")
 
 
 METHOD_WORDS = {

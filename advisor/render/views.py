@@ -267,7 +267,8 @@ def _headline(answer: Answer, rules: Rules, notes: bool = False) -> Panel:
         body.append(f"\n{note}", style="bold yellow")
     direction = "lower is better" if metric.direction == "min" else "higher is better"
     title = f"{answer.family}: optimize {metric.name} ({direction})"
-    return Panel(body, title=title, title_align="left", border_style="green" if pick else "red")
+    # the title as text, not markup: a family or metric named with brackets prints as named
+    return Panel(body, title=Text(title), title_align="left", border_style="green" if pick else "red")
 
 
 def _entries_table(title: str, entries: list[Entry], show_tie: bool = False) -> Table:

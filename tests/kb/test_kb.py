@@ -50,6 +50,29 @@ def test_blank_and_shipped_kb_migrate_to_same_schema(tmp_path):
     assert applied == KNOWN_MIGRATIONS
 
 
+def test_the_reference_schema_is_read_from_the_shipped_kb_only_where_it_is_at_these_migrations(
+    tmp_path, monkeypatch
+):
+    """A KB is checked against what the migrations create: read from the shipped KB (no 10 ms of schema
+    statements per answer) where it records exactly the known migrations, else made in memory; both equal."""
+    from advisor.kb import migrations
+    from advisor.kb import schema as kb_schema
+
+    made = kb_schema._migrated_schema()
+    kb_schema.reference_schema.cache_clear()
+    assert kb_schema._shipped_schema() == made and kb_schema.reference_schema() == made
+    older = tmp_path / "older.sqlite"
+    conn = sqlite3.connect(older)
+    migrations.migrate(conn, until=KNOWN_MIGRATIONS[-2])
+    conn.commit()
+    conn.close()
+    for shipped in (older, tmp_path / "missing.sqlite", tmp_path):  # at other migrations, absent, a folder
+        monkeypatch.setattr(kb_schema, "shipped_kb_path", lambda shipped=shipped: shipped)
+        kb_schema.reference_schema.cache_clear()
+        assert kb_schema._shipped_schema() is None and kb_schema.reference_schema() == made
+    kb_schema.reference_schema.cache_clear()
+
+
 def test_open_for_writing_sets_wal_and_busy_timeout(tmp_path):
     db = open_for_writing(tmp_path / "w.sqlite")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

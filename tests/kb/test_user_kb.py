@@ -164,7 +164,7 @@ def test_a_smoke_run_never_becomes_the_default_answer(invoke, no_db):
     before = {args: json.loads(invoke(*args, "--json").output) for args in ASKED}
     claims = json.loads(invoke("claims", "--json").output)
     flowchart = json.loads(invoke("flowchart", "--json").output)
-    no_db.parent.mkdir(parents=True)
+    no_db.parent.mkdir(parents=True, exist_ok=True)  # the answers kept their parsed rules in its cache/
     db = open_for_writing(no_db)  # it picks sgd, far off what the reference evidence says
     write_runs(db, [smoke_run(s, o, loss) for s in range(3) for o, loss in (("adam", 9.0), ("sgd", 0.5))])
     db.close()
