@@ -19,6 +19,8 @@ from advisor.rules_schema import (
 
 @dataclass(frozen=True)
 class Metric:
+    """A metric a question optimizes (rules/metrics.toml): its direction, unit and the measures that state it."""
+
     name: str
     direction: str  # 'min' or 'max'
     unit: str
@@ -31,6 +33,8 @@ class Metric:
 
 @dataclass(frozen=True)
 class Measure:
+    """A stored measure (rules/metrics.toml): its label, the factor to its metric's unit, what it is of."""
+
     name: str
     label: str
     factor: float = 1.0
@@ -118,6 +122,8 @@ def gib(gb: float) -> float:
 
 @dataclass(frozen=True)
 class Accelerator:
+    """An accelerator as rules/hardware.toml states it: memory, dense peak TFLOP/s, bandwidth, link, source."""
+
     key: str
     name: str
     aliases: tuple[str, ...]
@@ -161,6 +167,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Rules:
+    """Every rules file, loaded and checked (`load_rules`), with lookups by name."""
+
     metrics: dict[str, Metric]
     measures: dict[str, Measure]
     families: dict[str, FamilyRecord]

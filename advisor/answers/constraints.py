@@ -15,6 +15,8 @@ from advisor.rules import Rules, gib
 
 @dataclass(frozen=True)
 class Constraints:
+    """What a recommendation must respect: memory, time, optimizers kept or left out, and fit's predictions."""
+
     max_memory: float | None = None  # GB of accelerator memory (never compared with host RAM)
     max_time: float | None = None  # s/epoch, in the time metric's unit
     optimizers: tuple[str, ...] = ()

@@ -145,7 +145,8 @@ def _measuring(conn, rules: Rules, groups: list[Group], metric) -> list[Group]:
     """The groups that measured `metric` (each of a tuple), or with none asked, the flowchart's metrics most;
     all of them where none qualifies (the answer then says what is missing)."""
     wanted = (metric,) if isinstance(metric, str) else metric or tuple(rules.flowchart["metrics"])
-    ids = [groups_measuring(conn, rules.metric(m).measures) for m in wanted]
+    among = [g.id for g in groups]
+    ids = [groups_measuring(conn, rules.metric(m).measures, among) for m in wanted]
     covers = {g.id: sum(g.id in i for i in ids) for g in groups}
     most = max(covers.values(), default=0)
     needed = len(wanted) if metric else most

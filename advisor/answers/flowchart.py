@@ -13,6 +13,8 @@ from advisor.rules import Rules
 
 @dataclass
 class BestPath:
+    """The flowchart's answer for one family and metric (None where no evidence group answers)."""
+
     family: str
     metric: str
     answer: Answer | None  # None: no evidence group for this family

@@ -25,6 +25,8 @@ class LeftOut:
 
 @dataclass
 class Frontier:
+    """A family's Pareto frontier on two metrics from one evidence group, and what could not be ranked."""
+
     family: str
     x: str  # metric names
     y: str

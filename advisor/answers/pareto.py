@@ -32,6 +32,8 @@ def frontier(points: Sequence[tuple[float, float]], x_dir: str = "min", y_dir: s
 
 @dataclass(frozen=True)
 class FrontierPoint:
+    """A configuration's mean on two metrics, whether it is on the frontier, and its intervals over seeds."""
+
     optimizer: str
     strategy: str
     x: float

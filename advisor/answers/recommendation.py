@@ -98,6 +98,8 @@ class Entry:
 
 @dataclass
 class Answer:
+    """A recommendation for one family and metric: the pick, its alternatives, exclusions, holes and caveats."""
+
     family: str
     metric: Metric
     group: Group | None

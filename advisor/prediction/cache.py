@@ -15,7 +15,6 @@ from functools import cache
 from pathlib import Path
 
 from advisor.errors import KBError
-from advisor.kb import store
 from advisor.kb.open import connect_kb_readonly, writing
 from advisor.kb.queries.for_prediction import prediction_payloads, predictions_held, traced_predictions
 from advisor.places import resolve_write_path
@@ -208,9 +207,12 @@ class PredictionCache:
             }
             for c, payload in fresh.items()
         ]
+        # the KB's writer (its admission checks: 8 ms of imports) is loaded only to store: a cached answer never
+        from advisor.kb.store import add_predictions
+
         try:
             with writing(self.path) as conn:
-                store.add_predictions(conn, rows)
+                add_predictions(conn, rows)
         except (KBError, sqlite3.OperationalError) as e:
             if isinstance(e, KBError) and not isinstance(e.__cause__, sqlite3.OperationalError | OSError):
                 raise  # a KB that is not advisor's (another application's, a newer one, an empty file): refused

@@ -88,13 +88,14 @@ class PairSums:
         return PairSums(self.n, -self.sum_d, self.sum_dd)
 
 
-def groups_measuring(conn: sqlite3.Connection, measures: tuple[str, ...]) -> set[int]:
-    """Ids of the groups with an ok run that holds any of `measures` (read from the maintained sums)."""
-    if not measures:
+def groups_measuring(conn: sqlite3.Connection, measures: tuple[str, ...], among: list[int]) -> set[int]:
+    """Ids of the groups `among` with an ok run that holds any of `measures` (read from the maintained sums);
+    asked by id, the sums' primary key finds a group's rows (the whole table scanned was 3 ms of an answer)."""
+    if not measures or not among:
         return set()
-    marks = ", ".join("?" for _ in measures)
-    sql = f"SELECT DISTINCT grp FROM cell_stats WHERE n > 0 AND measure IN ({marks})"
-    return {row[0] for row in conn.execute(sql, list(measures))}
+    marks, ids = ", ".join("?" for _ in measures), ", ".join("?" for _ in among)
+    sql = f"SELECT DISTINCT grp FROM cell_stats WHERE grp IN ({ids}) AND n > 0 AND measure IN ({marks})"
+    return {row[0] for row in conn.execute(sql, [*among, *measures])}
 
 
 def group_cells(conn: sqlite3.Connection, group: Group) -> list[Cell]:

@@ -51,7 +51,9 @@ def speed_calibrations(conn: sqlite3.Connection) -> dict[str, dict]:
         ).fetchall()
     except sqlite3.DatabaseError:
         return {}
-    from advisor.kb import admission  # the rates' rules: a few ms, on fit's path only where it reads a KB
+    if not rows:
+        return {}  # no calibration: the rates' rules (admission, 6 ms of imports) are not loaded
+    from advisor.kb import admission  # the rates' rules, on fit's path only where a KB holds calibrations
 
     found: dict[str, dict[str, dict]] = {}  # hardware -> created_at -> the calibration
     broken: set[tuple[str, str]] = set()
