@@ -4,6 +4,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # Two xdist workers share two cores: one math thread each, or torch's pools oversubscribe them (2x slower).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The run's own user data folder, set before anything is collected: RULES below, module-level rules and session
+# fixtures run before `kb_path` gives each test a folder of its own, and they left the rules' parse cache and the
+# report's chart bundle in the user's ~/.local/share/advisor/cache. Removed as the run ends (pytest_unconfigure).
+USER_DATA = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "advisor"
+RUN_DATA = Path(tempfile.mkdtemp(prefix="advisor-tests-data-"))
+os.environ["XDG_DATA_HOME"] = str(RUN_DATA)
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_KB = REPO / "kb" / "results.sqlite"
@@ -20,6 +27,26 @@ SHIPPED_KB = REPO / "kb" / "results.sqlite"
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(RUN_DATA, ignore_errors=True)
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.is_dir() else {}
+
+
+USER_DATA_BEFORE = _listing(USER_DATA)  # taken before anything below (RULES) could write there
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_data_untouched():
+    """Fails the session if anything wrote the user's own data folder (their KB, its cache) since collection."""
+    yield
+    assert _listing(USER_DATA) == USER_DATA_BEFORE, (
+        f"a test wrote {USER_DATA} (or advisor ran beside the suite)"
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
