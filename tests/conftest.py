@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from advisor.places import user_dir
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # Two xdist workers share two cores: one math thread each, or torch's pools oversubscribe them (2x slower).
@@ -17,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The run's own user data folder, set before anything is collected: RULES below, module-level rules and session
 # fixtures run before `kb_path` gives each test a folder of its own, and they left the rules' parse cache and the
 # report's chart bundle in the user's ~/.local/share/advisor/cache. Removed as the run ends (pytest_unconfigure).
-USER_DATA = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "advisor"
+USER_DATA = user_dir()  # the user's, as advisor finds it: read before the line below replaces it
 RUN_DATA = Path(tempfile.mkdtemp(prefix="advisor-tests-data-"))
 os.environ["XDG_DATA_HOME"] = str(RUN_DATA)
 
@@ -42,7 +44,7 @@ USER_DATA_BEFORE = _listing(USER_DATA)  # taken before anything below (RULES) co
 
 @pytest.fixture(scope="session", autouse=True)
 def user_data_untouched():
-    """Fails the session if anything wrote the user's own data folder (their KB, its cache) since collection."""
+    """Fails the session if anything wrote the user's own data folder (their KB, its cache) during the run."""
     yield
     assert _listing(USER_DATA) == USER_DATA_BEFORE, (
         f"a test wrote {USER_DATA} (or advisor ran beside the suite)"
