@@ -33,7 +33,7 @@ def write_report(
     source alone; `kb`: how the page names it) written into the folder `out`, with advisor fit's answers on
     `gpus` (default REPORT_GPUS); returns its index.html. The KB's answers are gathered first
     (advisor.answers.report_data), then drawn (advisor.render.site). Needs the plots extra."""
-    from advisor.answers.report_data import gather_report
+    from advisor.answers.report_data import gather_report  # the report's queries: for a report alone
     from advisor.render.site import write_site  # Jinja2 and the charts: the plots extra
 
     rules = load_rules()

@@ -106,7 +106,7 @@ def fit_command(
     """
     rules = load_rules()
     if list_gpus or list_models:
-        from advisor.render.fit_views import gpus_view, models_view
+        from advisor.render.fit_views import gpus_view, models_view  # rich and the views: a list's alone
 
         console().print(gpus_view(rules) if list_gpus else models_view())
         return
@@ -125,7 +125,7 @@ def fit_command(
 
 def _show(answer, code_only: bool, show_all: bool, verbose: bool) -> None:
     """The answer drawn, or its pick's code alone: rich and the views (25 ms) imported here, never for --json."""
-    from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, runnable
+    from advisor.render.fit_views import NOTHING_FITS, code_of, fit_view, runnable  # never for --json
 
     if code_only:
         shown = runnable(answer)

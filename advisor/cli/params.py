@@ -19,11 +19,13 @@ import click
 from advisor.api import RecommendRequest
 from advisor.errors import Error, InputError, RulesError, UnsupportedModel
 from advisor.fields import default_of, help_of
+from advisor.files import output_problem
 from advisor.kb import open as kb_open
 from advisor.kb.migrations import STATUSES
 from advisor.kb.queries import groups
 from advisor.kb.schema import TIMED_OUT, timed_out
 from advisor.model_ref import reference_models, resolve_model
+from advisor.places import shipped_kb_path, user_kb_path
 from advisor.prediction.fit_request import (
     ADAPTERS,
     ATTENTIONS,
@@ -431,9 +433,6 @@ def output_file(path: Path | None, force: bool, option: str, replaces_kb: bool =
     a KB advisor reads, any SQLite file, or a file already there without --force): a usage error, exit 2."""
     if path is None:
         return
-    from advisor.files import output_problem
-    from advisor.places import shipped_kb_path, user_kb_path
-
     kept = {shipped_kb_path(): "the shipped KB, advisor's own data", user_kb_path(): "your own KB"}
     if os.environ.get("ADVISOR_DB"):
         kept[Path(os.environ["ADVISOR_DB"])] = "the KB $ADVISOR_DB names"

@@ -184,7 +184,7 @@ def report(out_dir, force, gpus, source, db):
         advisor report --out docs/ --force
     """
     charts_module()  # say what is missing before any work
-    from advisor.api.report import write_report
+    from advisor.api.report import write_report  # the report's gathering: this command's alone
     from advisor.render.site import shown_path  # Jinja2 and the charts: the plots extra
 
     check_folder(out_dir)

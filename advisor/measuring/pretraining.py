@@ -87,7 +87,7 @@ def pretrain(
     # (check_out, default_out) before training, and that must not wait seconds for torch
     import torch
 
-    from advisor.measuring.recipe.optimizers import make_optimizer
+    from advisor.measuring.recipe.optimizers import make_optimizer  # these load torch too
     from advisor.measuring.recipe.strategies import train_step
     from advisor.measuring.training.heldout import HeldOut
     from advisor.measuring.training.trainer import warmup_schedule

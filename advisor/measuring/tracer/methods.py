@@ -19,6 +19,8 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
+from advisor.measuring.tracer.fused_loss import causal_lm_loss
+
 DPO_BETA = 0.1  # DPOConfig's default; the loss's scale never changes memory
 # The per-token fields each trainer asks TRL's fused head for (their metrics), as TRL 1.16 adds it
 FUSED_OUTPUTS = {
@@ -110,8 +112,6 @@ def step_loss(spec, model, reference, batch: dict, start) -> torch.Tensor:
 def _fused_loss(model, batch: dict) -> torch.Tensor:
     """Trainer's step with Liger's fused linear cross-entropy in the model's forward (its `lce_forward`): the
     decoder's hidden states, then the output layer and the loss in chunks (fused_loss.py), no logits."""
-    from advisor.measuring.tracer.fused_loss import causal_lm_loss
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     hidden = base.model(**inputs, use_cache=False)[0]
