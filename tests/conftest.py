@@ -19,7 +19,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The run's own user data folder, set before anything is collected: RULES below, module-level rules and session
 # fixtures run before `kb_path` gives each test a folder of its own, and they left the rules' parse cache and the
 # report's chart bundle in the user's ~/.local/share/advisor/cache. Removed as the run ends (pytest_unconfigure).
-USER_DATA = user_dir()  # the user's, as advisor finds it: read before the line below replaces it
+# The user's, as advisor finds it, read by the run's first process before the lines below replace it: xdist's
+# workers inherit that environment (their user_dir() would be the run's folder), so they read it from here.
+USER_DATA = Path(os.environ.setdefault("ADVISOR_TESTS_USER_DATA", str(user_dir())))
 RUN_DATA = Path(tempfile.mkdtemp(prefix="advisor-tests-data-"))
 os.environ["XDG_DATA_HOME"] = str(RUN_DATA)
 
